@@ -1,0 +1,3 @@
+from onceflow.cli.main import main
+
+main()
