@@ -1,0 +1,1 @@
+"""Shared test helpers: broker processes, raw wire access, client adapters."""
