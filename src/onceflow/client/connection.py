@@ -1,0 +1,214 @@
+"""One asyncio connection to a Kafka-protocol broker: framing, correlation ids, pipelining, versions.
+
+Requests are written as soon as they are sent and answered through futures keyed by correlation id,
+so many can be in flight on one socket (Kafka answers in order per connection; we do not rely on it).
+On open, ApiVersions tells us what the broker speaks; every later request goes out at the highest
+version both sides support, capped by :data:`CLIENT_MAX_VERSIONS` where our code fills the fields of
+older versions only (e.g. Fetch v13+ names topics by id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import struct
+
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.metadata import ApiVersionsRequest
+
+from onceflow.protocol.errors import ErrorCode, KafkaError, UnsupportedVersion
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_CORRELATION = struct.Struct(">i")
+
+# Highest version we send per API key, where it is below what kafka.protocol knows. Fetch 13+,
+# Produce 13+ and DeleteTopics 6+ switch from topic names to topic ids.
+CLIENT_MAX_VERSIONS: dict[int, int] = {0: 12, 1: 12, 3: 12, 18: 3, 20: 5}
+
+DEFAULT_REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
+
+
+class BrokerConnectionError(KafkaError):
+    """The connection to the broker could not be opened, failed, or was closed."""
+
+    code = ErrorCode.NETWORK_EXCEPTION
+
+
+class Connection:
+    """Framed, pipelined request/response over one TCP connection. Create with :meth:`open`."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        host: str,
+        port: int,
+        client_id: str,
+        request_timeout_s: float,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_s
+        self._reader = reader
+        self._writer = writer
+        self._correlation_ids = itertools.count(1)
+        self._pending: dict[int, tuple[asyncio.Future, type[ApiMessage], int]] = {}
+        self._broker_versions: dict[int, tuple[int, int]] = {}
+        self._closed_error: BaseException | None = None
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @classmethod
+    async def open(
+        cls,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "onceflow",
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        connect_timeout_s: float = 10.0,
+    ) -> Connection:
+        """Connect and negotiate API versions; raises :class:`BrokerConnectionError` if unreachable."""
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), connect_timeout_s)
+        except (TimeoutError, OSError) as exc:
+            raise BrokerConnectionError(f"cannot connect to {host}:{port}: {exc or 'timed out'}")
+        conn = cls(
+            reader, writer, host=host, port=port, client_id=client_id, request_timeout_s=request_timeout_s
+        )
+        try:
+            await conn._negotiate_versions()
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    @property
+    def broker_versions(self) -> dict[int, tuple[int, int]]:
+        """``{api_key: (min_version, max_version)}`` as the broker advertised them."""
+        return dict(self._broker_versions)
+
+    def version_for(self, request_cls: type[ApiMessage]) -> int:
+        """The highest version of ``request_cls`` that both we and the broker support."""
+        api_key = request_cls.API_KEY
+        if api_key not in self._broker_versions:
+            raise UnsupportedVersion(f"broker {self.host}:{self.port} does not support {request_cls.name}")
+        broker_min, broker_max = self._broker_versions[api_key]
+        ours = min(request_cls.max_version, CLIENT_MAX_VERSIONS.get(api_key, request_cls.max_version))
+        version = min(ours, broker_max)
+        if version < max(broker_min, request_cls.valid_versions[0]):
+            raise UnsupportedVersion(
+                f"no common version of {request_cls.name}: broker {broker_min}-{broker_max}, client up to {ours}"
+            )
+        return version
+
+    async def _negotiate_versions(self) -> None:
+        version = CLIENT_MAX_VERSIONS[ApiVersionsRequest.API_KEY]
+        request = ApiVersionsRequest(client_software_name="onceflow", client_software_version="0.1.0")
+        response = await self.send(request, version=version)
+        if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            # The broker answered at v0 with its own range; retry at the highest it speaks.
+            theirs = {k.api_key: k.max_version for k in response.api_keys}
+            response = await self.send(
+                request, version=min(version, theirs.get(ApiVersionsRequest.API_KEY, 0))
+            )
+        if response.error_code != ErrorCode.NONE:
+            raise KafkaError(f"ApiVersions failed at {self.host}:{self.port}", ErrorCode(response.error_code))
+        self._broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    async def send(self, request: ApiMessage, *, version: int | None = None) -> ApiMessage | None:
+        """Send ``request`` and wait for its response (None for a Produce with acks=0)."""
+        if self._closed_error is not None:
+            raise BrokerConnectionError(
+                f"connection to {self.host}:{self.port} is closed: {self._closed_error}"
+            )
+        if version is None:
+            version = self.version_for(type(request))
+        correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
+        request.API_VERSION = version  # kafka.protocol quirk: set the version before the header
+        request.with_header(correlation_id=correlation_id, client_id=self.client_id)
+        frame = bytes(request.encode(header=True, framed=True))
+        expects_response = request.expect_response()
+        future = None
+        if expects_response:
+            future = asyncio.get_running_loop().create_future()
+            response_cls = request.header.get_response_class()  # the versioned response class
+            self._pending[correlation_id] = (future, response_cls, version)
+        try:
+            self._writer.write(frame)
+            await self._writer.drain()
+        except (OSError, ConnectionError) as exc:
+            self._pending.pop(correlation_id, None)
+            self._fail(exc)
+            raise BrokerConnectionError(f"lost connection to {self.host}:{self.port}: {exc}")
+        if future is None:
+            return None
+        try:
+            return await asyncio.wait_for(future, self.request_timeout_s)
+        except TimeoutError:
+            self._pending.pop(correlation_id, None)
+            raise KafkaError(
+                f"{request.name} to {self.host}:{self.port} timed out after {self.request_timeout_s}s",
+                ErrorCode.REQUEST_TIMED_OUT,
+            )
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                size_bytes = await self._reader.readexactly(4)
+                (size,) = _SIZE.unpack(size_bytes)
+                frame = await self._reader.readexactly(size)
+                (correlation_id,) = _CORRELATION.unpack_from(frame, 0)
+                entry = self._pending.pop(correlation_id, None)
+                if entry is None:
+                    log.warning("dropping response with unknown correlation id %d", correlation_id)
+                    continue
+                future, response_cls, version = entry
+                if future.done():
+                    continue
+                try:
+                    future.set_result(response_cls.decode(frame, header=True))
+                except Exception as exc:  # kafka.protocol reports truncation as struct/index errors
+                    future.set_exception(
+                        KafkaError(
+                            f"unreadable {response_cls.name} v{version}: {exc!r}", ErrorCode.CORRUPT_MESSAGE
+                        )
+                    )
+        except (asyncio.IncompleteReadError, OSError, ConnectionError) as exc:
+            self._fail(
+                exc if not isinstance(exc, asyncio.IncompleteReadError) else EOFError("closed by broker")
+            )
+        except asyncio.CancelledError:
+            self._fail(EOFError("connection closed"))
+            raise
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._closed_error is None:
+            self._closed_error = exc
+        pending, self._pending = self._pending, {}
+        for future, _cls, _version in pending.values():
+            if not future.done():
+                future.set_exception(
+                    BrokerConnectionError(f"lost connection to {self.host}:{self.port}: {exc}")
+                )
+
+    @property
+    def closed(self) -> bool:
+        return self._closed_error is not None
+
+    async def close(self) -> None:
+        self._fail(EOFError("connection closed"))
+        self._read_task.cancel()
+        self._writer.close()
+        try:
+            await self._writer.wait_closed()
+        except (OSError, ConnectionError):
+            pass
+        try:
+            await self._read_task
+        except (asyncio.CancelledError, Exception):
+            pass
