@@ -1,1 +1,16 @@
+"""The registry of request handlers: one module per Kafka API, listed once here.
 
+Each module has ``API_KEY``, ``MIN_VERSION``, ``MAX_VERSION``, ``REQUEST`` (the kafka.protocol request
+class) and ``async def handle(ctx, request) -> response | None`` (``None``: send no response).
+ApiVersions advertises exactly this list. To add an API, write its module and append it here.
+"""
+
+from onceflow.broker.handlers import (
+    api_versions,
+    metadata,
+)
+
+HANDLERS = [
+    api_versions,
+    metadata,
+]

@@ -1,0 +1,30 @@
+"""The broker's configuration: Kafka's broker config names in snake case, with Kafka's defaults.
+
+Only the host, port and data dir differ from a Kafka broker's defaults (onceflow listens on loopback
+and keeps its data under the working directory unless told otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    port: int = 9092  # 0 = any free port; Broker.port tells which one was bound
+    data_dir: Path = field(default_factory=lambda: Path("./onceflow-data"))
+    node_id: int = 0
+    auto_create_topics_enable: bool = True  # auto.create.topics.enable
+    num_partitions: int = 1  # num.partitions: partitions of auto-created topics and of CreateTopics(-1)
+    default_replication_factor: int = 1  # default.replication.factor
+    socket_request_max_bytes: int = 104857600  # socket.request.max.bytes (100 MB)
+    message_max_bytes: int = 1048588  # message.max.bytes: default of a topic's max.message.bytes
+    log_retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms
+    group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    # Fault points by name -> probability 0..1, plus parameters such as "delay-response.ms".
+    faults: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)

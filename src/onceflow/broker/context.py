@@ -1,0 +1,63 @@
+"""What a request handler gets: the request's identity and the broker's named services.
+
+Deliberately not a service locator: each service is a named attribute, and services that later
+issues add (producer ids, group and transaction coordinators) are ``None`` until they exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from onceflow.broker.config import BrokerConfig
+    from onceflow.broker.faults import Faults
+    from onceflow.broker.topics import TopicManager
+
+
+@dataclass(slots=True)
+class BrokerServices:
+    """The broker-wide services shared by every request."""
+
+    config: BrokerConfig
+    topics: TopicManager
+    faults: Faults
+    cluster_id: str
+    advertised_host: str
+    advertised_port: int
+    producer_ids: Any = None
+    groups: Any = None
+    transactions: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    services: BrokerServices
+
+    @property
+    def config(self) -> BrokerConfig:
+        return self.services.config
+
+    @property
+    def topics(self) -> TopicManager:
+        return self.services.topics
+
+    @property
+    def faults(self) -> Faults:
+        return self.services.faults
+
+    @property
+    def producer_ids(self) -> Any:
+        return self.services.producer_ids
+
+    @property
+    def groups(self) -> Any:
+        return self.services.groups
+
+    @property
+    def transactions(self) -> Any:
+        return self.services.transactions

@@ -1,0 +1,226 @@
+"""The asyncio broker: accepts connections, frames requests, dispatches them to handlers, answers in order.
+
+Per connection, a reader loop feeds bytes to the sans-IO ``Connection`` and starts one task per
+request; a writer task awaits those tasks in request order and writes their responses, so a
+long-polling Fetch never delays other connections, and responses on one connection keep request
+order (Kafka's contract). Tasks start in the order they were created, and handlers that change state
+(Produce) do so before their first ``await``, so appends also happen in request order.
+
+A handler returning ``None`` sends no response (acks=0 produce, dropped-response fault): the writer
+skips it and later responses still go out in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from onceflow.broker.config import BrokerConfig
+from onceflow.broker.connection import (
+    NEED_DATA,
+    Connection,
+    ConnectionBroken,
+    RequestReceived,
+    SupportedApi,
+    UnsupportedApiVersionsRequest,
+)
+from onceflow.broker.context import BrokerServices, RequestContext
+from onceflow.broker.faults import Faults
+from onceflow.broker.handlers import HANDLERS
+from onceflow.broker.topics import TopicManager
+from onceflow.protocol import apis
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK_BYTES = 256 * 1024
+# Requests read ahead of their responses on one connection; beyond this we stop reading (backpressure).
+MAX_QUEUED_REQUESTS_PER_CONNECTION = 512
+API_VERSIONS_KEY = 18
+
+
+class Broker:
+    """One onceflow broker. ``await start()``, then ``port`` is the bound port; ``await stop()``."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        log_opener: Callable[[Path, Mapping[str, str]], Any] | None = None,
+        config_validator: Callable[[Mapping[str, str]], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.faults = Faults(config.faults)
+        self.topics = TopicManager(
+            config.data_dir, node_id=config.node_id, log_opener=log_opener, config_validator=config_validator
+        )
+        self.handlers = {h.API_KEY: h for h in HANDLERS}
+        self.supported = {
+            h.API_KEY: SupportedApi(h.API_KEY, h.MIN_VERSION, h.MAX_VERSION, h.REQUEST) for h in HANDLERS
+        }
+        self.services: BrokerServices | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._housekeeping: asyncio.Task[None] | None = None
+        self.port = config.port
+
+    async def start(self) -> None:
+        self.topics.load()
+        self._server = await asyncio.start_server(
+            self._serve_connection, self.config.host, self.config.port, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.services = BrokerServices(
+            config=self.config,
+            topics=self.topics,
+            faults=self.faults,
+            cluster_id=self.topics.cluster_id,
+            advertised_host=self.config.host,
+            advertised_port=self.port,
+        )
+        self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
+        log.info("onceflow broker listening on %s:%d", self.config.host, self.port)
+
+    async def stop(self) -> None:
+        """Stop accepting, drop connections, flush and close every log."""
+        if self._server is not None:
+            self._server.close()
+        tasks = [t for t in (self._housekeeping, *self._connections) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+        self.topics.flush()
+        self.topics.close()
+        log.info("onceflow broker on port %d stopped", self.port)
+
+    async def _run_retention(self) -> None:
+        interval = self.config.log_retention_check_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            deleted = self.topics.apply_retention()
+            if deleted:
+                log.info("retention deleted %d segments", deleted)
+
+    # -- one connection ----------------------------------------------------------------------------
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        connection = Connection(self.supported, max_request_bytes=self.config.socket_request_max_bytes)
+        pending: asyncio.Queue[asyncio.Task[bytes | None] | bytes | None] = asyncio.Queue(
+            MAX_QUEUED_REQUESTS_PER_CONNECTION
+        )
+        in_flight: list[asyncio.Task[bytes | None]] = []
+        responder = asyncio.create_task(self._write_responses(pending, writer, peer))
+        # If writing fails (peer gone, handler bug), stop reading too.
+        responder.add_done_callback(lambda _t: writer.transport.abort() if not writer.is_closing() else None)
+        try:
+            while not responder.done():
+                data = await reader.read(READ_CHUNK_BYTES)
+                if not data:
+                    break
+                connection.receive_data(data)
+                while (event := connection.next_event()) is not NEED_DATA:
+                    if isinstance(event, ConnectionBroken):
+                        log.warning("closing connection from %s: %s", peer, event.reason)
+                        return
+                    if isinstance(event, UnsupportedApiVersionsRequest):
+                        api = self.supported[API_VERSIONS_KEY]
+                        await pending.put(
+                            bytes(
+                                apis.unsupported_api_versions_response(
+                                    event.correlation_id, api.min_version, api.max_version
+                                )
+                            )
+                        )
+                        continue
+                    assert isinstance(event, RequestReceived)
+                    request_task = asyncio.create_task(self._dispatch(event))
+                    in_flight.append(request_task)
+                    request_task.add_done_callback(in_flight.remove)
+                    await pending.put(request_task)
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection from %s ended: %r", peer, exc)
+        finally:
+            responder.cancel()
+            for request_task in list(in_flight):
+                request_task.cancel()
+            writer.transport.abort()
+            self._connections.discard(task)
+
+    async def _write_responses(
+        self,
+        pending: asyncio.Queue[asyncio.Task[bytes | None] | bytes | None],
+        writer: asyncio.StreamWriter,
+        peer: Any,
+    ) -> None:
+        while True:
+            item = await pending.get()
+            if item is None:
+                return
+            if isinstance(item, asyncio.Task):
+                try:
+                    response = await item
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    # A handler bug: Kafka would send a generic error; we close, the client reconnects.
+                    log.exception("request from %s failed; closing the connection", peer)
+                    return
+            else:
+                response = item
+            if response is None:
+                continue
+            writer.write(response)
+            await writer.drain()
+
+    async def _dispatch(self, event: RequestReceived) -> bytes | None:
+        header = event.header
+        assert self.services is not None
+        ctx = RequestContext(
+            api_key=header.api_key,
+            api_version=header.api_version,
+            correlation_id=header.correlation_id,
+            client_id=header.client_id,
+            services=self.services,
+        )
+        response = await self.handlers[header.api_key].handle(ctx, event.request)
+        if response is None:
+            return None
+        return apis.encode_response(response, header.correlation_id, header.api_version)
+
+
+async def _serve_until_signalled(config: BrokerConfig) -> None:
+    broker = Broker(config)
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        log.info("signal received, shutting down")
+    finally:
+        await broker.stop()
+
+
+def run(config: BrokerConfig) -> None:
+    """Run a broker until SIGTERM/SIGINT, on uvloop where installed."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(_serve_until_signalled(config))
+    else:
+        uvloop.run(_serve_until_signalled(config))

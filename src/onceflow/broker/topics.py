@@ -1,0 +1,335 @@
+"""The TopicManager: which topics exist, their partitions' logs, and the metadata file that persists them.
+
+Cluster-level state lives in the data dir beside the partition directories:
+
+- ``meta.properties`` (Kafka's name and ``key=value`` format): ``cluster.id``, ``node.id``;
+- ``topics.json``: every topic's name, id (a random UUID, kept forever; Fetch v13+ and Metadata v10+
+  name topics by id), partition count, config overrides and whether it is internal.
+
+Both are written atomically (temp file, fsync, rename, fsync of the directory). Partition ``p`` of
+topic ``t`` is the ``Log`` in ``<data-dir>/t-p/``.
+
+Log calls are synchronous file I/O on the page cache (fast); they run in the event loop for now. If
+fsync-heavy configs arrive later, move appends to a worker thread per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from onceflow.protocol.errors import (
+    InvalidPartitions,
+    InvalidTopic,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+
+log = logging.getLogger(__name__)
+
+TOPICS_FILE = "topics.json"
+META_FILE = "meta.properties"
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's rules (``org.apache.kafka.common.internals.Topic.validate``); raises ``InvalidTopic``."""
+    if not name:
+        raise InvalidTopic("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopic(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopic(
+            f"topic name is {len(name)} characters long; the maximum is {MAX_TOPIC_NAME_LENGTH}"
+        )
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        raise InvalidTopic(
+            f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-'"
+        )
+
+
+def _default_log_opener(directory: Path, overrides: Mapping[str, str]) -> Any:
+    from onceflow.log.config import LogConfig
+    from onceflow.log.log import Log
+
+    return Log.open(directory, LogConfig.from_topic_configs(dict(overrides)))
+
+
+def _default_config_validator(overrides: Mapping[str, str]) -> None:
+    from onceflow.log.config import LogConfig
+
+    LogConfig.from_topic_configs(dict(overrides))
+
+
+class Partition:
+    """One partition: its ``Log`` plus the waiters of Fetch long-polls that want to hear of new data."""
+
+    def __init__(self, topic: str, index: int, log_: Any) -> None:
+        self.topic = topic
+        self.index = index
+        self.log = log_
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    def append(self, batches: list, **kwargs: Any) -> Any:
+        result = self.log.append(batches, **kwargs)
+        self.notify_new_data()
+        return result
+
+    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._waiters.add(waiter)
+
+    def remove_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._waiters.discard(waiter)
+
+    def notify_new_data(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+@dataclass
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    configs: dict[str, str]
+    internal: bool = False
+    partitions: list[Partition] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "id": str(self.topic_id),
+            "partitions": len(self.partitions),
+            "configs": self.configs,
+            "internal": self.internal,
+        }
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _new_cluster_id() -> str:
+    # Kafka's shape: a random UUID in URL-safe base64 without padding (22 characters).
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+
+
+class TopicManager:
+    """Creates, extends, deletes and looks up topics; opens their partitions' logs."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        node_id: int = 0,
+        log_opener: Callable[[Path, Mapping[str, str]], Any] | None = None,
+        config_validator: Callable[[Mapping[str, str]], None] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.node_id = node_id
+        self._open_log = log_opener or _default_log_opener
+        self._validate_configs = config_validator or _default_config_validator
+        self._topics: dict[str, Topic] = {}
+        self._by_id: dict[uuid.UUID, Topic] = {}
+        self.cluster_id = ""
+
+    # -- loading and persistence -------------------------------------------------------------------
+
+    def load(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = self._load_or_create_meta()
+        path = self.data_dir / TOPICS_FILE
+        if not path.exists():
+            return
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        for entry in doc.get("topics", []):
+            topic = Topic(
+                name=entry["name"],
+                topic_id=uuid.UUID(entry["id"]),
+                configs=dict(entry.get("configs", {})),
+                internal=bool(entry.get("internal", False)),
+            )
+            for index in range(int(entry["partitions"])):
+                topic.partitions.append(self._open_partition(topic, index))
+            self._register(topic)
+        log.info("loaded %d topics from %s", len(self._topics), path)
+
+    def _load_or_create_meta(self) -> str:
+        path = self.data_dir / META_FILE
+        if path.exists():
+            props = {}
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if "=" in line and not line.startswith("#"):
+                    key, value = line.split("=", 1)
+                    props[key.strip()] = value.strip()
+            if "cluster.id" in props:
+                return props["cluster.id"]
+        cluster_id = _new_cluster_id()
+        _write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+        return cluster_id
+
+    def _persist(self) -> None:
+        doc = {"version": 1, "topics": [t.to_json() for t in self._topics.values()]}
+        _write_atomically(self.data_dir / TOPICS_FILE, json.dumps(doc, indent=1, sort_keys=True))
+
+    def _partition_dir(self, topic: str, index: int) -> Path:
+        return self.data_dir / f"{topic}-{index}"
+
+    def _open_partition(self, topic: Topic, index: int) -> Partition:
+        return Partition(
+            topic.name, index, self._open_log(self._partition_dir(topic.name, index), topic.configs)
+        )
+
+    def _register(self, topic: Topic) -> None:
+        self._topics[topic.name] = topic
+        self._by_id[topic.topic_id] = topic
+
+    # -- lookups -------------------------------------------------------------------------------------
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._topics
+
+    def __iter__(self) -> Iterator[Topic]:
+        return iter(list(self._topics.values()))
+
+    def get(self, name: str) -> Topic | None:
+        return self._topics.get(name)
+
+    def get_by_id(self, topic_id: uuid.UUID) -> Topic | None:
+        return self._by_id.get(topic_id)
+
+    def get_partition(self, topic: str, index: int) -> Partition:
+        t = self._topics.get(topic)
+        if t is None or not 0 <= index < len(t.partitions):
+            raise UnknownTopicOrPartition(f"this broker has no partition {topic}-{index}")
+        return t.partitions[index]
+
+    def partitions(self) -> Iterator[Partition]:
+        for topic in list(self._topics.values()):
+            yield from topic.partitions
+
+    # -- changes -------------------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        configs: Mapping[str, str] | None = None,
+        *,
+        internal: bool = False,
+        validate_only: bool = False,
+    ) -> Topic:
+        """Create a topic (or, with ``validate_only``, check that it could be created)."""
+        validate_topic_name(name)
+        if name in self._topics:
+            raise TopicAlreadyExists(f"topic {name!r} already exists")
+        if num_partitions < 1:
+            raise InvalidPartitions(f"number of partitions must be at least 1, not {num_partitions}")
+        overrides = {k: v for k, v in (configs or {}).items() if v is not None}
+        self._validate_configs(overrides)
+        topic = Topic(
+            name=name, topic_id=uuid.uuid4(), configs=overrides, internal=internal or name in INTERNAL_TOPICS
+        )
+        if validate_only:
+            return topic
+        for index in range(num_partitions):
+            self._remove_leftover_dir(name, index)
+            topic.partitions.append(self._open_partition(topic, index))
+        self._register(topic)
+        self._persist()
+        log.info(
+            "created topic %s (id %s) with %d partitions, configs %s",
+            name,
+            topic.topic_id,
+            num_partitions,
+            overrides,
+        )
+        return topic
+
+    def _remove_leftover_dir(self, name: str, index: int) -> None:
+        # A directory for a topic that does not exist yet is a leftover of a deletion interrupted
+        # after the metadata was written: it must not come back as the new topic's data.
+        directory = self._partition_dir(name, index)
+        if directory.exists():
+            log.warning("removing leftover partition directory %s", directory)
+            shutil.rmtree(directory)
+
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> Topic:
+        """Grow topic ``name`` to ``total`` partitions (Kafka never shrinks a topic)."""
+        topic = self._topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        current = len(topic.partitions)
+        if total <= current:
+            raise InvalidPartitions(
+                f"topic {name!r} has {current} partitions; the new count {total} must be larger"
+            )
+        if validate_only:
+            return topic
+        for index in range(current, total):
+            self._remove_leftover_dir(name, index)
+            topic.partitions.append(self._open_partition(topic, index))
+        self._persist()
+        log.info("topic %s now has %d partitions", name, total)
+        return topic
+
+    def delete_topic(self, name: str) -> Topic:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        del self._topics[name]
+        del self._by_id[topic.topic_id]
+        self._persist()  # first, so that a crash mid-delete never resurrects a half-deleted topic
+        for partition in topic.partitions:
+            partition.log.delete()
+            partition.notify_new_data()  # long-polls see the partition is gone
+        log.info("deleted topic %s (id %s)", name, topic.topic_id)
+        return topic
+
+    # -- housekeeping --------------------------------------------------------------------------------
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Run every partition's retention; returns the number of segments deleted."""
+        deleted = 0
+        for partition in self.partitions():
+            try:
+                deleted += partition.log.apply_retention(now_ms)
+            except Exception:
+                log.exception("retention failed for %s-%d", partition.topic, partition.index)
+        return deleted
+
+    def flush(self) -> None:
+        for partition in self.partitions():
+            partition.log.flush()
+
+    def close(self) -> None:
+        for partition in self.partitions():
+            try:
+                partition.log.close()
+            except Exception:
+                log.exception("closing %s-%d failed", partition.topic, partition.index)
+        self._topics.clear()
+        self._by_id.clear()

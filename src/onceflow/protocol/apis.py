@@ -1,0 +1,151 @@
+"""Request/response classes by API key (from kafka-python's ``kafka.protocol``) and framing helpers.
+
+A Kafka request on the wire is ``int32 size`` then the request header then the body:
+
+- header v1: ``api_key int16, api_version int16, correlation_id int32, client_id nullable string``;
+- header v2 (flexible API versions): the same plus tagged fields. ``client_id`` stays a classic
+  (non-compact) string even in v2, for the sake of brokers that must read it before knowing the API.
+
+Responses carry ``correlation_id`` (header v0) plus tagged fields when the API version is flexible
+(header v1), except ApiVersions, whose response header is always v0 so that a client that does not
+yet know what the broker speaks can read it. kafka-python's ``ApiVersionsResponse`` encodes that.
+
+Nothing here touches sockets; the broker's ``connection`` module frames bytes with these helpers.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import kafka.protocol.admin as _admin
+import kafka.protocol.consumer as _consumer
+import kafka.protocol.metadata as _metadata
+import kafka.protocol.producer as _producer
+from kafka.protocol.api_message import ApiMessage
+
+from onceflow.protocol.errors import ErrorCode, InvalidRequest
+
+_HEADER_PREFIX = struct.Struct(">hhi")
+_INT16 = struct.Struct(">h")
+
+
+def _message_classes(kind: str) -> dict[int, type[ApiMessage]]:
+    table: dict[int, type[ApiMessage]] = {}
+    for module in (_admin, _consumer, _metadata, _producer):
+        for name in getattr(module, "__all__", dir(module)):
+            obj = getattr(module, name)
+            is_message = isinstance(obj, type) and issubclass(obj, ApiMessage) and obj is not ApiMessage
+            if is_message and obj.type == kind:
+                table[obj.API_KEY] = obj
+    return table
+
+
+REQUEST_CLASSES: dict[int, type[ApiMessage]] = _message_classes("request")
+RESPONSE_CLASSES: dict[int, type[ApiMessage]] = _message_classes("response")
+
+
+def request_class(api_key: int) -> type[ApiMessage] | None:
+    return REQUEST_CLASSES.get(api_key)
+
+
+def response_class(api_key: int) -> type[ApiMessage]:
+    return RESPONSE_CLASSES[api_key]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int  # where the body starts in the frame
+
+
+def peek_request_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+    """``(api_key, api_version, correlation_id)``: the fixed prefix every request header version shares."""
+    if len(frame) < _HEADER_PREFIX.size:
+        raise InvalidRequest(f"request of {len(frame)} bytes is shorter than a request header")
+    return _HEADER_PREFIX.unpack_from(frame, 0)
+
+
+def _read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise InvalidRequest("truncated varint in request header")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise InvalidRequest("varint in request header is too long")
+
+
+def decode_request_header(frame: bytes | bytearray | memoryview, *, flexible: bool) -> RequestHeader:
+    """Parse the request header (v1, or v2 when ``flexible``); raises ``InvalidRequest`` if unreadable."""
+    buf = memoryview(frame)
+    api_key, api_version, correlation_id = peek_request_header(buf)
+    pos = _HEADER_PREFIX.size
+    if pos + 2 > len(buf):
+        raise InvalidRequest("truncated client_id in request header")
+    (length,) = _INT16.unpack_from(buf, pos)
+    pos += 2
+    client_id = None
+    if length >= 0:
+        if pos + length > len(buf):
+            raise InvalidRequest("truncated client_id in request header")
+        try:
+            client_id = bytes(buf[pos : pos + length]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRequest("client_id is not UTF-8")
+        pos += length
+    elif length != -1:
+        raise InvalidRequest(f"client_id length {length} is invalid")
+    if flexible:
+        count, pos = _read_uvarint(buf, pos)
+        for _ in range(count):
+            _tag, pos = _read_uvarint(buf, pos)
+            size, pos = _read_uvarint(buf, pos)
+            pos += size
+            if pos > len(buf):
+                raise InvalidRequest("truncated tagged field in request header")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def decode_request(
+    frame: bytes | bytearray | memoryview, request_cls: type[ApiMessage], api_version: int
+) -> tuple[RequestHeader, ApiMessage]:
+    """Header and body of one request frame (without the size prefix).
+
+    kafka-python reports a truncated body as ``struct.error``/``IndexError`` and bad strings as
+    ``UnicodeDecodeError``; all of them become ``InvalidRequest`` here so callers see one error type.
+    """
+    header = decode_request_header(frame, flexible=request_cls.flexible_version_q(api_version))
+    try:
+        body = request_cls.decode(memoryview(frame)[header.body_offset :], version=api_version)
+    except Exception as exc:  # any decode failure means the frame is unreadable
+        raise InvalidRequest(f"cannot decode {request_cls.__name__} v{api_version}: {exc!r}")
+    return header, body
+
+
+def encode_response(response: ApiMessage, correlation_id: int, api_version: int) -> bytearray:
+    """The framed bytes (size prefix, header, body) of ``response`` at ``api_version``."""
+    # kafka-python quirk: the version must be set before with_header, and encode wants both.
+    response.API_VERSION = api_version
+    response.with_header(correlation_id=correlation_id)
+    return response.encode(header=True, framed=True)
+
+
+def unsupported_api_versions_response(correlation_id: int, min_version: int, max_version: int) -> bytearray:
+    """Kafka's answer to an ApiVersions request at a version it does not know: a v0 body with
+    UNSUPPORTED_VERSION and the ApiVersions range, so that the client retries at a version we speak."""
+    cls = RESPONSE_CLASSES[18]
+    response = cls(
+        error_code=int(ErrorCode.UNSUPPORTED_VERSION),
+        api_keys=[cls.ApiVersion(api_key=18, min_version=min_version, max_version=max_version)],
+        version=0,
+    )
+    return encode_response(response, correlation_id, 0)

@@ -1,0 +1,177 @@
+"""The in-process broker over real sockets: ApiVersions, Metadata, pipelining, bad input, persistence."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
+
+from onceflow.broker.handlers import HANDLERS
+from onceflow.protocol.errors import ErrorCode
+
+from .fake_log import fake_log_opener
+from .raw_client import RawClient, running_broker
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def metadata_request(*names: str, auto_create: bool = True) -> MetadataRequest:
+    return MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names],
+        allow_auto_topic_creation=auto_create,
+    )
+
+
+def test_api_versions_advertises_exactly_the_handlers(tmp_path):
+    async def scenario():
+        async with running_broker(tmp_path, log_opener=fake_log_opener) as broker:
+            client = await RawClient.connect(broker.port)
+            for version in (0, 3, 4):
+                response = await client.request(ApiVersionsRequest(), version)
+                assert response.error_code == 0
+                advertised = {(k.api_key, k.min_version, k.max_version) for k in response.api_keys}
+                assert advertised == {(h.API_KEY, h.MIN_VERSION, h.MAX_VERSION) for h in HANDLERS}
+            await client.close()
+
+    run(scenario())
+
+
+def test_api_versions_above_max_gets_v0_body_with_unsupported_version(tmp_path):
+    async def scenario():
+        async with running_broker(tmp_path, log_opener=fake_log_opener) as broker:
+            client = await RawClient.connect(broker.port)
+            body = struct.pack(">hhih", 18, 99, 1234, -1) + b"\x00\x00"
+            await client.send_raw(struct.pack(">i", len(body)) + body)
+            frame = await client.read_frame()
+            response = ApiVersionsResponse.decode(frame, version=99 % 5, header=True)  # body is v0 anyway
+            assert response.header.correlation_id == 1234
+            assert response.error_code == ErrorCode.UNSUPPORTED_VERSION
+            assert [(k.api_key, k.max_version) for k in response.api_keys] == [(18, 4)]
+            # The connection stays usable: the client retries at a version we speak.
+            assert (await client.request(ApiVersionsRequest(), 0)).error_code == 0
+            await client.close()
+
+    run(scenario())
+
+
+def test_metadata_lists_broker_and_auto_creates(tmp_path):
+    async def scenario():
+        async with running_broker(tmp_path, log_opener=fake_log_opener, num_partitions=3) as broker:
+            client = await RawClient.connect(broker.port)
+            response = await client.request(metadata_request("auto-1"), 12)
+            assert [(b.node_id, b.host, b.port) for b in response.brokers] == [(0, "127.0.0.1", broker.port)]
+            assert response.controller_id == 0
+            assert response.cluster_id == broker.topics.cluster_id
+            (topic,) = response.topics
+            assert (topic.error_code, topic.name) == (0, "auto-1")
+            assert topic.topic_id == broker.topics.get("auto-1").topic_id
+            assert [p.partition_index for p in topic.partitions] == [0, 1, 2]
+            assert all(p.leader_id == 0 and p.isr_nodes == [0] for p in topic.partitions)
+            # Not allowed by the request: no creation.
+            response = await client.request(metadata_request("other", auto_create=False), 12)
+            assert response.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert "other" not in broker.topics
+            # All topics (null list, v1+) and v0's empty list.
+            response = await client.request(MetadataRequest(topics=None), 12)
+            assert [t.name for t in response.topics] == ["auto-1"]
+            response = await client.request(MetadataRequest(topics=[]), 0)
+            assert [t.name for t in response.topics] == ["auto-1"]
+            # By topic id (v12+).
+            request = MetadataRequest(
+                topics=[MetadataRequest.MetadataRequestTopic(name=None, topic_id=topic.topic_id)]
+            )
+            response = await client.request(request, 12)
+            assert response.topics[0].name == "auto-1"
+            await client.close()
+
+    run(scenario())
+
+
+def test_metadata_auto_create_disabled_by_broker_config(tmp_path):
+    async def scenario():
+        async with running_broker(tmp_path, log_opener=fake_log_opener, auto_create_topics_enable=False) as b:
+            client = await RawClient.connect(b.port)
+            response = await client.request(metadata_request("nope"), 5)
+            assert response.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            await client.close()
+
+    run(scenario())
+
+
+def test_metadata_invalid_topic_names(tmp_path):
+    async def scenario():
+        async with running_broker(tmp_path, log_opener=fake_log_opener) as broker:
+            client = await RawClient.connect(broker.port)
+            names = ["bad name", "..", ".", "x" * 250, "ü"]
+            response = await client.request(metadata_request(*names), 9)
+            assert [t.error_code for t in response.topics] == [ErrorCode.INVALID_TOPIC_EXCEPTION] * len(names)
+            assert list(broker.topics) == []
+            await client.close()
+
+    run(scenario())
+
+
+def test_pipelined_requests_are_answered_in_order(tmp_path):
+    async def scenario():
+        async with running_broker(tmp_path, log_opener=fake_log_opener) as broker:
+            client = await RawClient.connect(broker.port)
+            sent = []
+            for i in range(30):
+                if i % 2:
+                    sent.append(await client.send(ApiVersionsRequest(), i % 5))
+                else:
+                    sent.append(await client.send(metadata_request(f"t{i}"), 1 + i % 13))
+            received = [(await client.receive()).header.correlation_id for _ in sent]
+            assert received == sent
+            await client.close()
+
+    run(scenario())
+
+
+def test_bad_frames_close_only_their_connection(tmp_path):
+    async def scenario():
+        async with running_broker(tmp_path, log_opener=fake_log_opener, socket_request_max_bytes=1000) as b:
+            good = await RawClient.connect(b.port)
+            bad_inputs = [
+                struct.pack(">i", 1001),  # oversized
+                struct.pack(">i", -5),  # negative size
+                struct.pack(">i", 10) + struct.pack(">hhih", 9999, 0, 1, -1),  # unknown API key
+                struct.pack(">i", 10) + struct.pack(">hhih", 3, 99, 1, -1),  # unsupported version
+                struct.pack(">i", 12) + b"\x00\x03\x00\x0c" + b"\xff" * 8,  # garbage body
+            ]
+            for data in bad_inputs:
+                bad = await RawClient.connect(b.port)
+                await bad.send_raw(data)
+                assert await bad.is_closed_by_broker()
+                await bad.close()
+                assert (await good.request(ApiVersionsRequest(), 3)).error_code == 0
+            # A truncated frame followed by the peer vanishing does not disturb anyone either.
+            bad = await RawClient.connect(b.port)
+            await bad.send_raw(struct.pack(">i", 500) + b"\x00\x12")
+            await bad.close()
+            assert (await good.request(metadata_request("still-fine"), 12)).topics[0].error_code == 0
+            await good.close()
+
+    run(scenario())
+
+
+def test_topics_and_cluster_id_survive_restart(tmp_path):
+    async def scenario():
+        async with running_broker(tmp_path, log_opener=fake_log_opener, num_partitions=2) as broker:
+            client = await RawClient.connect(broker.port)
+            await client.request(metadata_request("kept"), 12)
+            await client.close()
+            topic_id = broker.topics.get("kept").topic_id
+            cluster_id = broker.topics.cluster_id
+        async with running_broker(tmp_path, log_opener=fake_log_opener) as broker:
+            client = await RawClient.connect(broker.port)
+            response = await client.request(metadata_request("kept", auto_create=False), 12)
+            (topic,) = response.topics
+            assert (topic.error_code, topic.topic_id, len(topic.partitions)) == (0, topic_id, 2)
+            assert response.cluster_id == cluster_id
+            await client.close()
+
+    run(scenario())
