@@ -1,1 +1,16 @@
+"""onceflow's client: an asyncio core (:mod:`.connection`, :mod:`.async_client`) and a blocking
+facade (:mod:`.simple`). The full producer and consumer will grow here."""
 
+from onceflow.client.async_client import AsyncClient, ClusterMetadata, parse_bootstrap
+from onceflow.client.connection import BrokerConnectionError, Connection
+from onceflow.client.simple import ConsumedRecord, SimpleClient
+
+__all__ = [
+    "AsyncClient",
+    "BrokerConnectionError",
+    "ClusterMetadata",
+    "Connection",
+    "ConsumedRecord",
+    "SimpleClient",
+    "parse_bootstrap",
+]
