@@ -26,7 +26,6 @@ an older epoch; ``COORDINATOR`` checks epochs but not sequences (its batches car
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 from onceflow.log.append_origin import AppendOrigin
@@ -66,7 +65,14 @@ class ProducerAppendInfo:
         self._current = current_entry
         # The entry as this append leaves it, holding only the batches appended here (see
         # ProducerStateEntry.merged_with); epoch, timestamps and transaction state start as the current.
-        self._updated = dataclasses.replace(current_entry, batches=())
+        self._updated = ProducerStateEntry(
+            producer_id,
+            current_entry.epoch,
+            (),
+            current_entry.coordinator_epoch,
+            current_entry.last_timestamp,
+            current_entry.current_txn_first_offset,
+        )
         self._started: list[TxnMetadata] = []
 
     @property
@@ -107,7 +113,7 @@ class ProducerAppendInfo:
         batch = BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp)
         updated = self._updated.with_batch(epoch, batch)
         if txn_first_offset is None and is_transactional:
-            updated = dataclasses.replace(updated, current_txn_first_offset=first_offset)
+            updated = updated.replaced(current_txn_first_offset=first_offset)
             self._started.append(TxnMetadata(self.producer_id, first_offset))
         self._updated = updated
 
@@ -138,8 +144,7 @@ class ProducerAppendInfo:
         completed = None
         if first_offset is not None:
             completed = CompletedTxn(self.producer_id, first_offset, offset, is_aborted=not is_commit)
-        self._updated = dataclasses.replace(
-            self._updated.with_epoch(epoch),
+        self._updated = self._updated.with_epoch(epoch).replaced(
             coordinator_epoch=coordinator_epoch,
             last_timestamp=timestamp,
             current_txn_first_offset=None,

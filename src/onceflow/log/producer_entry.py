@@ -126,7 +126,7 @@ class ProducerStateEntry:
         if epoch != self.epoch:
             return None
         for batch in self.batches:
-            if batch.has_sequence_range(first_seq, last_seq):
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
                 return batch
         return None
 
@@ -134,13 +134,20 @@ class ProducerStateEntry:
         """This entry at ``epoch``: a different epoch forgets the cached batches (they belong to the old one)."""
         if epoch == self.epoch:
             return self
-        return dataclasses.replace(self, epoch=epoch, batches=())
+        return self.replaced(epoch=epoch, batches=())
 
     def with_batch(self, epoch: int, batch: BatchMetadata) -> ProducerStateEntry:
         """This entry after appending ``batch`` at ``epoch``, keeping only the newest batches."""
-        moved = self.with_epoch(epoch)
-        batches = (*moved.batches, batch)[-NUM_BATCHES_TO_RETAIN:]
-        return dataclasses.replace(moved, batches=batches, last_timestamp=batch.timestamp)
+        kept = self.batches if epoch == self.epoch else ()
+        batches = (*kept, batch)[-NUM_BATCHES_TO_RETAIN:]
+        return ProducerStateEntry(
+            self.producer_id,
+            epoch,
+            batches,
+            self.coordinator_epoch,
+            batch.timestamp,
+            self.current_txn_first_offset,
+        )
 
     def merged_with(self, update: ProducerStateEntry) -> ProducerStateEntry:
         """This entry after applying ``update`` (the result of one ProducerAppendInfo).
@@ -149,6 +156,16 @@ class ProducerStateEntry:
         changed, in which case ours are dropped. Epoch, coordinator epoch, timestamp and transaction
         state are taken from ``update``.
         """
-        base = self.with_epoch(update.epoch)
-        batches = (*base.batches, *update.batches)[-NUM_BATCHES_TO_RETAIN:]
-        return dataclasses.replace(update, batches=batches)
+        kept = self.batches if update.epoch == self.epoch else ()
+        return ProducerStateEntry(
+            update.producer_id,
+            update.epoch,
+            (*kept, *update.batches)[-NUM_BATCHES_TO_RETAIN:],
+            update.coordinator_epoch,
+            update.last_timestamp,
+            update.current_txn_first_offset,
+        )
+
+    def replaced(self, **changes) -> ProducerStateEntry:
+        """A copy with some fields changed (``dataclasses.replace``, kept off the per-batch path)."""
+        return dataclasses.replace(self, **changes)
