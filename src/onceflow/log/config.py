@@ -1,0 +1,96 @@
+"""Per-partition log settings, with Kafka's topic config names and defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from onceflow.protocol.errors import InvalidConfig
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+# Kafka topic config name -> (LogConfig field, kind, minimum). Kinds: "int", "timestamp_type", "policy".
+_TOPIC_CONFIGS: dict[str, tuple[str, str, int | None]] = {
+    "segment.bytes": ("segment_bytes", "int", 14),  # Kafka: at least LegacyRecord.RECORD_OVERHEAD_V0
+    "segment.ms": ("segment_ms", "int", 1),
+    "retention.ms": ("retention_ms", "int", -1),
+    "retention.bytes": ("retention_bytes", "int", None),
+    "index.interval.bytes": ("index_interval_bytes", "int", 0),
+    "segment.index.bytes": ("segment_index_bytes", "int", 4),
+    "message.timestamp.type": ("message_timestamp_type", "timestamp_type", None),
+    "max.message.bytes": ("max_message_bytes", "int", 0),
+    "cleanup.policy": ("cleanup_policy", "policy", None),
+}
+_INT32_CONFIGS = frozenset(
+    {"segment.bytes", "index.interval.bytes", "segment.index.bytes", "max.message.bytes"}
+)
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    retention_ms: int = 604800000  # -1 keeps segments forever
+    retention_bytes: int = -1  # -1 has no size limit
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10485760
+    message_timestamp_type: str = "CreateTime"
+    max_message_bytes: int = 1048588
+    # Only "delete" is implemented; compaction is refused rather than silently ignored.
+    cleanup_policy: str = "delete"
+
+    @classmethod
+    def from_topic_configs(cls, configs: Mapping[str, str | int | None]) -> LogConfig:
+        """A LogConfig from Kafka topic configs (``{"retention.ms": "1000"}``); unset keys keep defaults.
+
+        Raises InvalidConfig naming the first unknown key or bad value.
+        """
+        values: dict[str, object] = {}
+        for name, raw in configs.items():
+            spec = _TOPIC_CONFIGS.get(name)
+            if spec is None:
+                raise InvalidConfig(f"Unknown topic config name: {name}")
+            if raw is None:
+                continue
+            field_name, kind, minimum = spec
+            values[field_name] = _parse(name, raw, kind, minimum)
+        return cls(**values)
+
+    def to_topic_configs(self) -> dict[str, str]:
+        """The Kafka name -> string value of every setting (for DescribeConfigs and persistence)."""
+        return {name: str(getattr(self, field_name)) for name, (field_name, _, _) in _TOPIC_CONFIGS.items()}
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+
+def _parse(name: str, raw: str | int, kind: str, minimum: int | None) -> object:
+    text = str(raw).strip()
+    if kind == "timestamp_type":
+        if text not in TIMESTAMP_TYPES:
+            raise InvalidConfig(
+                f"Invalid value {text} for configuration {name}: must be one of {TIMESTAMP_TYPES}"
+            )
+        return text
+    if kind == "policy":
+        if text != "delete":
+            raise InvalidConfig(
+                f"Invalid value {text} for configuration {name}: onceflow supports only 'delete'"
+            )
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidConfig(f"Invalid value {text} for configuration {name}: not a number")
+    upper = _INT32_MAX if name in _INT32_CONFIGS else _INT64_MAX
+    if value > upper or (minimum is not None and value < minimum):
+        raise InvalidConfig(
+            f"Invalid value {value} for configuration {name}: must be in [{minimum}, {upper}]"
+        )
+    return value
+
+
+TOPIC_CONFIG_DEFAULTS: dict[str, str] = LogConfig().to_topic_configs()

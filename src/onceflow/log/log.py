@@ -1,0 +1,411 @@
+"""One partition's durable log: an ordered list of segments in ``<data-dir>/<topic>-<partition>/``.
+
+Append is "validate → assign offsets → write → update state", all per batch, never per record:
+the producer's bytes are stored as they came, with ``baseOffset`` patched (it lies outside the CRC) and,
+for LogAppendTime topics, the timestamp fields rewritten. Producer-state checks (issue 3) slot in before
+the write and the state update after it; see the two marked places in :meth:`Log.append`.
+
+Durability: an append is acknowledged once ``os.write`` returned, i.e. the bytes are in the OS page
+cache, which survives ``kill -9`` of the process; ``flush()`` fsyncs. ``close()`` leaves a
+``.clean_shutdown`` marker; ``open()`` removes it, and without it CRC-scans the active segment (and any
+segment whose index does not check out), cutting a torn tail at the last valid batch. Sealed segments
+were complete when they rolled, so they are not rescanned.
+
+The log start offset is the base offset of the first segment: retention deletes whole segments, so
+the files on disk are its checkpoint.
+
+Not thread-safe: the broker calls one partition's Log from one task at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from onceflow.log.append_origin import AppendOrigin
+from onceflow.log.config import LogConfig
+from onceflow.log.segment import INDEX_SUFFIX, LOG_SUFFIX, NO_TIMESTAMP, TIME_INDEX_SUFFIX, LogSegment
+from onceflow.protocol import records
+from onceflow.protocol.errors import InvalidRecord, MessageTooLarge, OffsetOutOfRange, RecordListTooLarge
+from onceflow.protocol.records import BatchHeader
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+_SEGMENT_NAME_DIGITS = 20
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    duplicate: bool = False
+
+
+class Log:
+    def __init__(
+        self, directory: Path, config: LogConfig, clock_ms: Callable[[], int], segments: list[LogSegment]
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._clock_ms = clock_ms
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        self._unflushed: set[LogSegment] = set(segments[-1:])
+        self._closed = False
+
+    # --- opening and recovery ---
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, *, clock_ms: Callable[[], int] = wall_clock_ms) -> Log:
+        """Create or recover the partition directory (see the module docstring for what is checked)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        marker = directory / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        if clean:
+            marker.unlink()
+        bases = _segment_bases(directory)
+        _remove_leftovers(directory, set(bases))
+        now = clock_ms()
+        segments = []
+        for i, base in enumerate(bases):
+            is_active = i == len(bases) - 1
+            segments.append(
+                LogSegment.open(
+                    directory, base, config.index_interval_bytes, now, recover=is_active and not clean
+                )
+            )
+        if not segments:
+            segments.append(LogSegment.open(directory, 0, config.index_interval_bytes, now, recover=False))
+        result = cls(directory, config, clock_ms, segments)
+        log.info(
+            "opened log %s (%s shutdown): offsets [%d, %d), %d segment(s)",
+            directory,
+            "clean" if clean else "unclean",
+            result.log_start_offset,
+            result.log_end_offset,
+            len(segments),
+        )
+        return result
+
+    # --- offsets ---
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset  # one replica: committed as soon as written
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.high_watermark  # until transactions keep it back
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    def segment_paths(self) -> list[Path]:
+        return [segment.log_path for segment in self._segments]
+
+    # --- append ---
+
+    def append(
+        self, batches: list[tuple[BatchHeader, memoryview]], *, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> AppendResult:
+        """Append validated batches (from ``validate_produce_records`` or ``build_control_batch``).
+
+        Client and coordinator batches get offsets from the log end; replicated batches keep theirs.
+        Raises MessageTooLarge / RecordListTooLarge before anything is written.
+        """
+        if not batches:
+            return AppendResult(-1, -1, -1, self.log_start_offset)
+        total = self._check_sizes(batches)
+        # Producer state (issue 3) goes here: prepare_update per batch; a duplicate returns its original
+        # offsets with duplicate=True, a sequence or epoch error raises, and nothing is written.
+        now = self._clock_ms()
+        buf, infos, first_offset, append_time = self._assign_offsets(batches, origin, now)
+        last_offset = infos[-1][0]
+        active = self._segments[-1]
+        if active.is_full_for(
+            total, self.config.segment_bytes, self.config.segment_index_bytes, last_offset
+        ) or self._too_old(active, now):
+            active = self._roll_at(first_offset, now)
+        if active.size == 0:
+            active.created_ms = now
+        active.append(buf, infos)
+        self._unflushed.add(active)
+        # Producer state (issue 3) goes here: update(info) with the assigned offsets, then complete_txn.
+        return AppendResult(first_offset, last_offset, append_time, self.log_start_offset)
+
+    def _check_sizes(self, batches: list[tuple[BatchHeader, memoryview]]) -> int:
+        total = 0
+        for header, view in batches:
+            size = len(view)
+            if size > self.config.max_message_bytes:
+                raise MessageTooLarge(
+                    f"The record batch size in the append to {self.directory.name} is {size} bytes which exceeds "
+                    f"the maximum configured value of {self.config.max_message_bytes} (max.message.bytes)."
+                )
+            if size != header.size:
+                raise InvalidRecord(f"batch view has {size} bytes but its header says {header.size}")
+            total += size
+        if total > self.config.segment_bytes:
+            raise RecordListTooLarge(
+                f"Message batch size is {total} bytes in append to partition {self.directory.name} which exceeds "
+                f"the maximum configured segment size of {self.config.segment_bytes}."
+            )
+        return total
+
+    def _assign_offsets(
+        self, batches: list[tuple[BatchHeader, memoryview]], origin: AppendOrigin, now: int
+    ) -> tuple[bytearray | memoryview, list[tuple[int, int, int]], int, int]:
+        """Patch offsets (and LogAppendTime) into the bytes; returns them with each batch's
+        ``(last offset, max timestamp, size)``, the first offset and the append time (-1 if none)."""
+        if len(batches) == 1 and not batches[0][1].readonly:
+            buf: bytearray | memoryview = batches[0][1]  # the producer's own bytes, patched in place
+        else:
+            buf = bytearray().join(view for _, view in batches)  # one copy, then one write
+        keep_offsets = origin is AppendOrigin.REPLICATION
+        append_time = now if self.config.log_append_time and not keep_offsets else -1
+        next_offset = self.log_end_offset
+        first_offset = batches[0][0].base_offset if keep_offsets else next_offset
+        if first_offset < next_offset:
+            raise InvalidRecord(
+                f"replicated batch starts at offset {first_offset}, below the log end {next_offset}"
+            )
+        infos = []
+        position = 0
+        for header, view in batches:
+            offset = header.base_offset if keep_offsets else next_offset
+            if offset < next_offset:
+                raise InvalidRecord(f"batch offset {offset} goes backwards (log end {next_offset})")
+            records.set_base_offset(buf, position, offset)
+            max_timestamp = header.max_timestamp
+            if append_time >= 0:
+                records.set_log_append_time(buf, position, append_time)
+                max_timestamp = append_time
+            last = offset + header.last_offset_delta
+            infos.append((last, max_timestamp, len(view)))
+            next_offset = last + 1
+            position += len(view)
+        return buf, infos, first_offset, append_time
+
+    def _too_old(self, segment: LogSegment, now: int) -> bool:
+        return segment.size > 0 and now - segment.created_ms > self.config.segment_ms
+
+    # --- segments ---
+
+    def roll(self) -> None:
+        """Start a new segment at the log end (nothing to do when the active one is empty)."""
+        if self._segments[-1].size > 0:
+            self._roll_at(self.log_end_offset, self._clock_ms())
+
+    def _roll_at(self, base_offset: int, now: int) -> LogSegment:
+        old = self._segments[-1]
+        old.write_indexes()
+        segment = LogSegment.open(
+            self.directory, base_offset, self.config.index_interval_bytes, now, recover=False
+        )
+        self._segments.append(segment)
+        self._bases.append(base_offset)
+        self._unflushed.add(segment)
+        log.info(
+            "rolled %s: new segment at offset %d (previous %d bytes)",
+            self.directory.name,
+            base_offset,
+            old.size,
+        )
+        return segment
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete old segments by retention.ms (largest timestamp) and retention.bytes (total size),
+        oldest first, never the active one. Returns how many segments were deleted."""
+        now = self._clock_ms() if now_ms is None else now_ms
+        deleted = 0
+        if self.config.retention_ms >= 0:
+            deleted += self._delete_oldest(lambda s: now - _largest_timestamp(s) > self.config.retention_ms)
+        if self.config.retention_bytes >= 0:
+            excess = self.size_in_bytes - self.config.retention_bytes
+
+            def over_size(segment: LogSegment) -> bool:
+                nonlocal excess
+                if excess - segment.size < 0:
+                    return False
+                excess -= segment.size
+                return True
+
+            deleted += self._delete_oldest(over_size)
+        return deleted
+
+    def _delete_oldest(self, should_delete: Callable[[LogSegment], bool]) -> int:
+        count = 0
+        while len(self._segments) > 1 and should_delete(self._segments[0]):
+            segment = self._segments.pop(0)
+            self._bases.pop(0)
+            self._unflushed.discard(segment)
+            segment.delete()
+            count += 1
+            log.info(
+                "retention deleted segment %s of %s; log start offset now %d",
+                segment.base_offset,
+                self.directory.name,
+                self.log_start_offset,
+            )
+        return count
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything from ``offset`` on (from the start of the batch holding it)."""
+        if offset >= self.log_end_offset:
+            return
+        now = self._clock_ms()
+        while self._segments and self._segments[-1].base_offset >= offset:
+            segment = self._segments.pop()
+            self._bases.pop()
+            self._unflushed.discard(segment)
+            segment.delete()
+        if not self._segments:
+            segment = LogSegment.open(
+                self.directory, offset, self.config.index_interval_bytes, now, recover=False
+            )
+            self._segments.append(segment)
+            self._bases.append(offset)
+        self._segments[-1].truncate_to(offset)
+        self._unflushed.add(self._segments[-1])
+        log.info("truncated %s to offset %d", self.directory.name, self.log_end_offset)
+
+    # --- reading ---
+
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> bytes:
+        """Whole batches from the one holding ``offset``, at most ``max_bytes`` (but at least one batch
+        when ``min_one_batch``), stopping before any batch whose base offset is >= ``max_offset``.
+
+        The first batch may start before ``offset``: consumers skip the records below it, as with Kafka.
+        """
+        end = self.log_end_offset
+        if offset < self.log_start_offset or offset > end:
+            raise OffsetOutOfRange(
+                f"Fetch offset {offset} is out of range for {self.directory.name}: "
+                f"[{self.log_start_offset}, {end}]"
+            )
+        if max_offset is not None and max_offset >= end:
+            max_offset = None
+        if offset >= end or (max_offset is not None and offset >= max_offset):
+            return b""
+        first = bisect_right(self._bases, offset) - 1
+        for segment in self._segments[first:]:
+            data = segment.read(offset, max_bytes, max_offset, min_one_batch)
+            if data is not None:
+                return data
+        return b""
+
+    def iter_batches(self, from_offset: int) -> Iterator[tuple[BatchHeader, memoryview]]:
+        """Every batch from the one holding ``from_offset`` to the log end, CRC-checked, read in chunks
+        (for producer-state replay after a snapshot). The first may start before ``from_offset``."""
+        first = max(bisect_right(self._bases, from_offset) - 1, 0)
+        for segment in self._segments[first:]:
+            found = segment.find_batch(from_offset)
+            if found is None:
+                continue
+            for _position, header, view in segment.scan(found[0]):
+                yield header, view
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with a timestamp >= ``timestamp_ms``, or None."""
+        for segment in self._segments:
+            if segment.max_timestamp >= timestamp_ms:
+                found = segment.find_timestamp(timestamp_ms)
+                if found is not None:
+                    return found
+        return None
+
+    # --- durability and lifecycle ---
+
+    def flush(self) -> None:
+        """fsync every segment written since the last flush, with its indexes, and the directory."""
+        for segment in list(self._unflushed):
+            segment.flush()
+        self._unflushed = {self._segments[-1]}
+        _fsync_directory(self.directory)
+
+    def close(self) -> None:
+        """Flush, leave the clean-shutdown marker and close the files. Idempotent."""
+        if self._closed:
+            return
+        self.flush()
+        for segment in self._segments:
+            segment.close()
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        marker.touch()
+        _fsync_directory(self.directory)
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close the files and remove the partition directory."""
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return f"Log({self.directory}, [{self.log_start_offset}, {self.log_end_offset}), {len(self._segments)} segments)"
+
+
+def _segment_bases(directory: Path) -> list[int]:
+    bases = []
+    for path in directory.glob("*" + LOG_SUFFIX):
+        stem = path.name[: -len(LOG_SUFFIX)]
+        if len(stem) == _SEGMENT_NAME_DIGITS and stem.isdigit():
+            bases.append(int(stem))
+    return sorted(bases)
+
+
+def _remove_leftovers(directory: Path, bases: set[int]) -> None:
+    """Remove temporary files and indexes whose segment is gone (a crash midway through deleting one)."""
+    for path in directory.iterdir():
+        name = path.name
+        if name.endswith(".tmp"):
+            path.unlink(missing_ok=True)
+            continue
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            stem = name[: -len(suffix)]
+            if name.endswith(suffix) and stem.isdigit() and int(stem) not in bases:
+                path.unlink(missing_ok=True)
+
+
+def _largest_timestamp(segment: LogSegment) -> int:
+    # Kafka falls back to the file's modification time when no record carries a timestamp.
+    if segment.max_timestamp != NO_TIMESTAMP:
+        return segment.max_timestamp
+    return int(segment.log_path.stat().st_mtime * 1000)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
