@@ -61,3 +61,8 @@ class RequestContext:
     @property
     def transactions(self) -> Any:
         return self.services.transactions
+
+
+class CloseConnection(Exception):  # noqa: N818 - an instruction, not an error condition
+    """Raised by a handler when Kafka's answer is to close the connection (e.g. a failed acks=0
+    produce, where closing is the only way the client can learn of the failure)."""

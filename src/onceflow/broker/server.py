@@ -29,7 +29,7 @@ from onceflow.broker.connection import (
     SupportedApi,
     UnsupportedApiVersionsRequest,
 )
-from onceflow.broker.context import BrokerServices, RequestContext
+from onceflow.broker.context import BrokerServices, CloseConnection, RequestContext
 from onceflow.broker.faults import Faults
 from onceflow.broker.handlers import HANDLERS
 from onceflow.broker.topics import TopicManager
@@ -64,7 +64,7 @@ class Broker:
         }
         self.services: BrokerServices | None = None
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._housekeeping: asyncio.Task[None] | None = None
         self.port = config.port
 
@@ -89,12 +89,19 @@ class Broker:
         """Stop accepting, drop connections, flush and close every log."""
         if self._server is not None:
             self._server.close()
-        tasks = [t for t in (self._housekeeping, *self._connections) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._housekeeping
+        # Aborting the transports ends each connection's read loop normally (cancelling the tasks
+        # instead makes asyncio's stream server log them as errors).
+        connections = dict(self._connections)
+        for writer in connections.values():
+            writer.transport.abort()
+        if connections:
+            _done, stuck = await asyncio.wait(connections, timeout=5.0)
+            for task in stuck:
+                task.cancel()
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -116,7 +123,7 @@ class Broker:
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
+        self._connections[task] = writer
         peer = writer.get_extra_info("peername")
         connection = Connection(self.supported, max_request_bytes=self.config.socket_request_max_bytes)
         pending: asyncio.Queue[asyncio.Task[bytes | None] | bytes | None] = asyncio.Queue(
@@ -158,7 +165,7 @@ class Broker:
             for request_task in list(in_flight):
                 request_task.cancel()
             writer.transport.abort()
-            self._connections.discard(task)
+            self._connections.pop(task, None)
 
     async def _write_responses(
         self,
@@ -175,6 +182,9 @@ class Broker:
                     response = await item
                 except asyncio.CancelledError:
                     raise
+                except CloseConnection as exc:
+                    log.info("closing the connection from %s: %s", peer, exc)
+                    return
                 except Exception:
                     # A handler bug: Kafka would send a generic error; we close, the client reconnects.
                     log.exception("request from %s failed; closing the connection", peer)

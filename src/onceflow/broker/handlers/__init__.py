@@ -7,10 +7,16 @@ ApiVersions advertises exactly this list. To add an API, write its module and ap
 
 from onceflow.broker.handlers import (
     api_versions,
+    fetch,
+    list_offsets,
     metadata,
+    produce,
 )
 
 HANDLERS = [
-    api_versions,
+    produce,
+    fetch,
+    list_offsets,
     metadata,
+    api_versions,
 ]

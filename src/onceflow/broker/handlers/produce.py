@@ -1,0 +1,104 @@
+"""Produce (0): validate each partition's record batches and append them to the partition's log.
+
+Kafka 4 still advertises Produce v0 (librdkafka needs it, KAFKA-18659) but answers v0-v2, which carry
+pre-magic-2 message sets, with UNSUPPORTED_VERSION per partition; we do the same.
+
+Ordering: everything that changes state happens before this handler's first ``await``, so pipelined
+produce requests on one connection append in request order (see ``server``).
+
+Faults: ``drop-request-before-append`` ignores the request (no append, no response);
+``drop-response-after-append`` appends and sends nothing: librdkafka times the request out and
+retries, kafka-python sees the next response's correlation id mismatch, drops the connection and
+retries; both are the "lost ACK" of the seed notes. ``delay-response`` sleeps before answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from onceflow.broker import faults
+from onceflow.broker.context import CloseConnection, RequestContext
+from onceflow.protocol.errors import ErrorCode, InvalidRecord, InvalidTopic, KafkaError, error_code_for
+from onceflow.protocol.records import validate_produce_records
+
+log = logging.getLogger(__name__)
+
+API_KEY = 0
+MIN_VERSION = 0
+MAX_VERSION = 12
+REQUEST = ProduceRequest
+FIRST_SUPPORTED_VERSION = 3  # magic-2 record batches
+
+_TopicResponse = ProduceResponse.TopicProduceResponse
+_PartitionResponse = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+
+
+def _error(index: int, code: ErrorCode, message: str | None = None) -> _PartitionResponse:
+    return _PartitionResponse(
+        index=index,
+        error_code=int(code),
+        base_offset=-1,
+        log_append_time_ms=-1,
+        log_start_offset=-1,
+        record_errors=[],
+        error_message=message,
+    )
+
+
+def _append_partition(ctx: RequestContext, topic_name: str | None, index: int, records) -> _PartitionResponse:
+    try:
+        topic = ctx.topics.get(topic_name) if topic_name is not None else None
+        if topic is None:
+            return _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if topic.internal:
+            raise InvalidTopic(f"cannot produce to internal topic {topic_name}")
+        partition = ctx.topics.get_partition(topic_name, index)
+        if not records:
+            raise InvalidRecord(f"produce to {topic_name}-{index} has no record batch")
+        # A writable copy: the log patches baseOffset (and LogAppendTime fields) in place.
+        batches = validate_produce_records(bytearray(records))
+        result = partition.append(batches)
+    except KafkaError as exc:
+        log.debug("produce to %s-%d failed: %s", topic_name, index, exc)
+        return _error(index, error_code_for(exc), str(exc))
+    return _PartitionResponse(
+        index=index,
+        error_code=0,
+        base_offset=result.base_offset,
+        log_append_time_ms=result.log_append_time,
+        log_start_offset=result.log_start_offset,
+        record_errors=[],
+        error_message=None,
+    )
+
+
+async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+    if ctx.faults.fire(faults.DROP_REQUEST_BEFORE_APPEND):
+        return None
+    version = ctx.api_version
+    responses = []
+    for topic_data in request.topic_data:
+        name = topic_data.name
+        partitions = []
+        for data in topic_data.partition_data:
+            if version < FIRST_SUPPORTED_VERSION:
+                partitions.append(_error(data.index, ErrorCode.UNSUPPORTED_VERSION))
+            elif request.acks not in (-1, 0, 1):
+                partitions.append(_error(data.index, ErrorCode.INVALID_REQUIRED_ACKS))
+            else:
+                partitions.append(_append_partition(ctx, name, data.index, data.records))
+        responses.append(_TopicResponse(name=name, partition_responses=partitions))
+
+    if request.acks == 0:
+        if any(p.error_code for r in responses for p in r.partition_responses):
+            # Kafka closes the connection: an acks=0 client has no other way to learn of the failure.
+            raise CloseConnection("acks=0 produce failed")
+        return None
+    if ctx.faults.fire(faults.DROP_RESPONSE_AFTER_APPEND):
+        return None
+    if ctx.faults.fire(faults.DELAY_RESPONSE):
+        await asyncio.sleep(ctx.faults.delay_response_s)
+    return ProduceResponse(responses=responses, throttle_time_ms=0)
