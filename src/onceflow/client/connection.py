@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import struct
 
 from kafka.protocol.api_message import ApiMessage
@@ -75,8 +76,13 @@ class Connection:
         """Connect and negotiate API versions; raises :class:`BrokerConnectionError` if unreachable."""
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), connect_timeout_s)
-        except (TimeoutError, OSError) as exc:
-            raise BrokerConnectionError(f"cannot connect to {host}:{port}: {exc or 'timed out'}")
+        except TimeoutError:
+            raise BrokerConnectionError(
+                f"cannot connect to {host}:{port}: timed out after {connect_timeout_s}s"
+            )
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise BrokerConnectionError(f"cannot connect to {host}:{port}: {reason}")
         conn = cls(
             reader, writer, host=host, port=port, client_id=client_id, request_timeout_s=request_timeout_s
         )

@@ -71,7 +71,11 @@ class SimpleClient:
         self._round_robin = RoundRobin()
 
     def __enter__(self) -> SimpleClient:
-        self._run(self._client.any_connection())
+        try:
+            self._run(self._client.any_connection())
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -203,16 +207,17 @@ class SimpleClient:
         from_beginning: bool = True,
         isolation_level: str | int = READ_UNCOMMITTED,
         max_messages: int | None = None,
-        timeout_s: float = 5.0,
+        timeout_s: float | None = 5.0,
     ) -> Iterator[ConsumedRecord]:
-        """Records of every partition of ``topic``, until ``max_messages`` or ``timeout_s`` without new data."""
+        """Records of every partition of ``topic``, until ``max_messages`` or ``timeout_s`` without new
+        data (None: forever)."""
         level = isolation_level_for_name(isolation_level)
         start = EARLIEST_TIMESTAMP if from_beginning else LATEST_TIMESTAMP
         positions = self._run(self._list_offsets(topic, start, level))
         seen = 0
         idle_since = time.monotonic()
         while max_messages is None or seen < max_messages:
-            if time.monotonic() - idle_since > timeout_s:
+            if timeout_s is not None and time.monotonic() - idle_since > timeout_s:
                 return
             fetched = self._run(self._client.fetch(topic, positions, isolation_level=level, max_wait_ms=200))
             for p, data in sorted(fetched.items()):

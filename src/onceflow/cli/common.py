@@ -1,0 +1,62 @@
+"""Pieces every CLI command shares: the bootstrap option, ``key=value`` parsing, and turning errors
+into one plain line (what went wrong, what to do) with a non-zero exit instead of a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import click
+from rich.console import Console
+
+from onceflow.client.connection import BrokerConnectionError
+from onceflow.protocol.errors import ErrorCode, KafkaError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+bootstrap_option = click.option(
+    "--bootstrap-server",
+    "bootstrap",
+    default=DEFAULT_BOOTSTRAP,
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Broker to connect to.",
+)
+
+
+def parse_key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:
+    """``("a=1", "b=2")`` to ``{"a": "1", "b": "2"}``; a pair without ``=`` is a usage error."""
+    result = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=what)
+        result[key.strip()] = value.strip()
+    return result
+
+
+@contextlib.contextmanager
+def friendly_errors(bootstrap: str | None = None) -> Iterator[None]:
+    """Turn the errors a user can cause or fix into one-line messages (click exits with code 1)."""
+    try:
+        yield
+    except BrokerConnectionError as exc:
+        if str(exc).startswith("cannot connect"):
+            raise click.ClickException(f"{exc}: is `onceflow serve` running?")
+        raise click.ClickException(f"lost the connection to {bootstrap or 'the broker'}: {exc}")
+    except KafkaError as exc:
+        hint = _HINTS.get(exc.code, "")
+        raise click.ClickException(f"{exc}{hint}")
+    except (ValueError, OSError) as exc:
+        logging.getLogger("onceflow.cli").debug("command failed", exc_info=True)
+        raise click.ClickException(str(exc))
+
+
+_HINTS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "; list topics with `onceflow topics list`",
+    ErrorCode.TOPIC_ALREADY_EXISTS: "; pick another name or delete it first",
+}

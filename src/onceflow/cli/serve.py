@@ -1,0 +1,87 @@
+"""``onceflow serve``: run a broker in the foreground until Ctrl-C / SIGTERM."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from onceflow.cli.common import parse_key_values
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def broker_config(host: str, port: int, data_dir: Path, faults: dict[str, str], overrides: dict[str, str]):
+    """A ``BrokerConfig`` from the command line; ``overrides`` use Kafka's names (``num.partitions``)."""
+    from onceflow.broker.config import BrokerConfig  # lazily: the CLI must load without the broker
+
+    fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
+    kwargs: dict = {"host": host, "port": port, "data_dir": data_dir}
+    for name, raw in overrides.items():
+        field_name = name.replace(".", "_").replace("-", "_")
+        if field_name not in fields or field_name in ("faults", "data_dir", "host", "port"):
+            settable = sorted(
+                n.replace("_", ".") for n in fields if n not in ("faults", "data_dir", "host", "port")
+            )
+            raise click.BadParameter(
+                f"unknown broker config {name!r}; known: {', '.join(settable)}", param_hint="--config"
+            )
+        default = getattr(BrokerConfig(), field_name)
+        kwargs[field_name] = _convert(raw, type(default), name)
+    try:
+        kwargs["faults"] = {name: float(value) for name, value in faults.items()}
+    except ValueError:
+        raise click.BadParameter(
+            "fault probabilities must be numbers, e.g. drop-response-after-append=0.1", param_hint="--fault"
+        )
+    return BrokerConfig(**kwargs)
+
+
+def _convert(raw: str, kind: type, name: str):
+    if kind is bool:
+        if raw.lower() not in ("true", "false"):
+            raise click.BadParameter(f"{name} must be true or false, not {raw!r}", param_hint="--config")
+        return raw.lower() == "true"
+    try:
+        return kind(raw)
+    except ValueError:
+        raise click.BadParameter(f"{name} must be a {kind.__name__}, not {raw!r}", param_hint="--config")
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", default=9092, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port."
+)
+@click.option(
+    "--data-dir",
+    default="./onceflow-data",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+)
+@click.option(
+    "--fault", "faults", multiple=True, metavar="NAME=PROB", help="Switch on a fault point (tests, chaos)."
+)
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="Broker config, Kafka names.")
+@click.option("--dev", is_flag=True, help="Developer mode: debug logging.")
+def serve(host, port, data_dir, faults, configs, dev):
+    """Run a broker in the foreground (Ctrl-C stops it cleanly)."""
+    config = broker_config(
+        host, port, data_dir, parse_key_values(faults, "--fault"), parse_key_values(configs, "--config")
+    )
+    logging.basicConfig(level=logging.DEBUG if dev else logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    try:
+        from onceflow.broker.server import run
+    except ImportError as exc:
+        raise click.ClickException(f"the broker is not available in this build: {exc}")
+    try:
+        run(config)
+    except ValueError as exc:  # e.g. an unknown fault point name
+        raise click.BadParameter(str(exc), param_hint="--fault/--config")
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
+    except KeyboardInterrupt:
+        pass
