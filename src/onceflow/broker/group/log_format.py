@@ -1,0 +1,297 @@
+"""Records of ``__consumer_offsets``, in Kafka's own key and value schemas.
+
+Keys start with an int16 version that says what the record is: 0 or 1 an offset commit
+(``OffsetCommitKey``: group, topic, partition), 2 a group's metadata (``GroupMetadataKey``: group).
+We write ``OffsetCommitKey`` v1 / ``OffsetCommitValue`` v3 and ``GroupMetadataKey`` v2 /
+``GroupMetadataValue`` v3, the versions a Kafka 3.x broker writes, so ``dump-log`` output and
+operators' tools read the same thing they would from Kafka. A deletion is the key with a null value
+(a tombstone). Reading accepts every version 0-4 (4 is the flexible, compact encoding).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+from onceflow.protocol.errors import CorruptMessage
+
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+
+_OFFSET_KEY_VERSION = 1
+_GROUP_KEY_VERSION = 2
+_OFFSET_VALUE_VERSION = 3
+_GROUP_VALUE_VERSION = 3
+
+
+def java_string_hashcode(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_group(group_id: str, num_partitions: int) -> int:
+    """The ``__consumer_offsets`` partition that holds a group (Kafka's ``Utils.abs(hash) % n``)."""
+    # Kafka's Utils.abs maps Integer.MIN_VALUE to 0 rather than overflowing.
+    h = java_string_hashcode(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group_id: str
+    topic: str
+    partition: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupKey:
+    group_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OffsetValue:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int = -1  # only OffsetCommitValue v1 carries one
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MemberRecord:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int
+    members: tuple[MemberRecord, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+class _Writer:
+    __slots__ = ("parts",)
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def int16(self, v: int) -> None:
+        self.parts.append(struct.pack(">h", v))
+
+    def int32(self, v: int) -> None:
+        self.parts.append(struct.pack(">i", v))
+
+    def int64(self, v: int) -> None:
+        self.parts.append(struct.pack(">q", v))
+
+    def string(self, v: str | None) -> None:
+        if v is None:
+            self.int16(-1)
+            return
+        raw = v.encode()
+        self.int16(len(raw))
+        self.parts.append(raw)
+
+    def bytes_(self, v: bytes) -> None:
+        self.int32(len(v))
+        self.parts.append(bytes(v))
+
+    def done(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def encode_offset_key(key: OffsetKey) -> bytes:
+    w = _Writer()
+    w.int16(_OFFSET_KEY_VERSION)
+    w.string(key.group_id)
+    w.string(key.topic)
+    w.int32(key.partition)
+    return w.done()
+
+
+def encode_group_key(key: GroupKey) -> bytes:
+    w = _Writer()
+    w.int16(_GROUP_KEY_VERSION)
+    w.string(key.group_id)
+    return w.done()
+
+
+def encode_offset_value(value: OffsetValue) -> bytes:
+    w = _Writer()
+    w.int16(_OFFSET_VALUE_VERSION)
+    w.int64(value.offset)
+    w.int32(value.leader_epoch)
+    w.string(value.metadata)
+    w.int64(value.commit_timestamp)
+    return w.done()
+
+
+def encode_group_value(value: GroupValue) -> bytes:
+    w = _Writer()
+    w.int16(_GROUP_VALUE_VERSION)
+    w.string(value.protocol_type)
+    w.int32(value.generation)
+    w.string(value.protocol)
+    w.string(value.leader)
+    w.int64(value.current_state_timestamp)
+    w.int32(len(value.members))
+    for m in value.members:
+        w.string(m.member_id)
+        w.string(m.group_instance_id)
+        w.string(m.client_id)
+        w.string(m.client_host)
+        w.int32(m.rebalance_timeout_ms)
+        w.int32(m.session_timeout_ms)
+        w.bytes_(m.subscription)
+        w.bytes_(m.assignment)
+    return w.done()
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+
+class _Reader:
+    __slots__ = ("buf", "pos", "flexible")
+
+    def __init__(self, buf: bytes, pos: int = 0) -> None:
+        self.buf = memoryview(buf)
+        self.pos = pos
+        self.flexible = False
+
+    def _take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise CorruptMessage(f"__consumer_offsets record truncated at byte {self.pos}")
+        out = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def int16(self) -> int:
+        return struct.unpack(">h", self._take(2))[0]
+
+    def int32(self) -> int:
+        return struct.unpack(">i", self._take(4))[0]
+
+    def int64(self) -> int:
+        return struct.unpack(">q", self._take(8))[0]
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            b = self._take(1)[0]
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 35:
+                raise CorruptMessage("varint too long in __consumer_offsets record")
+
+    def nullable_string(self) -> str | None:
+        n = self.uvarint() - 1 if self.flexible else self.int16()
+        if n < 0:
+            return None
+        return bytes(self._take(n)).decode()
+
+    def string(self) -> str:
+        s = self.nullable_string()
+        if s is None:
+            raise CorruptMessage("null where __consumer_offsets schema needs a string")
+        return s
+
+    def bytes_(self) -> bytes:
+        n = self.uvarint() - 1 if self.flexible else self.int32()
+        return b"" if n < 0 else bytes(self._take(n))
+
+    def array_len(self) -> int:
+        n = self.uvarint() - 1 if self.flexible else self.int32()
+        return max(n, 0)
+
+    def skip_tagged_fields(self) -> None:
+        if not self.flexible:
+            return
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self._take(self.uvarint())
+
+
+def decode_key(raw: bytes) -> OffsetKey | GroupKey:
+    r = _Reader(raw)
+    version = r.int16()
+    if version in (0, 1):
+        return OffsetKey(r.string(), r.string(), r.int32())
+    if version == 2:
+        return GroupKey(r.string())
+    raise CorruptMessage(f"unknown __consumer_offsets key version {version}")
+
+
+def decode_offset_value(raw: bytes) -> OffsetValue:
+    r = _Reader(raw)
+    version = r.int16()
+    if not 0 <= version <= 4:
+        raise CorruptMessage(f"unknown OffsetCommitValue version {version}")
+    r.flexible = version >= 4
+    offset = r.int64()
+    leader_epoch = r.int32() if version >= 3 else -1
+    metadata = r.string()
+    commit_ts = r.int64()
+    expire_ts = r.int64() if version == 1 else -1
+    r.skip_tagged_fields()
+    return OffsetValue(offset, leader_epoch, metadata, commit_ts, expire_ts)
+
+
+def decode_group_value(raw: bytes) -> GroupValue:
+    r = _Reader(raw)
+    version = r.int16()
+    if not 0 <= version <= 4:
+        raise CorruptMessage(f"unknown GroupMetadataValue version {version}")
+    r.flexible = version >= 4
+    protocol_type = r.string()
+    generation = r.int32()
+    protocol = r.nullable_string()
+    leader = r.nullable_string()
+    state_ts = r.int64() if version >= 2 else -1
+    members = []
+    for _ in range(r.array_len()):
+        member_id = r.string()
+        instance_id = r.nullable_string() if version >= 3 else None
+        client_id = r.string()
+        client_host = r.string()
+        session_timeout = 0
+        rebalance_timeout = r.int32() if version >= 1 else -1
+        session_timeout = r.int32()
+        if rebalance_timeout < 0:
+            rebalance_timeout = session_timeout  # v0 had one timeout for both, as Kafka reads it
+        subscription = r.bytes_()
+        assignment = r.bytes_()
+        r.skip_tagged_fields()
+        members.append(
+            MemberRecord(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout,
+                session_timeout,
+                subscription,
+                assignment,
+            )
+        )
+    r.skip_tagged_fields()
+    return GroupValue(protocol_type, generation, protocol, leader, state_ts, tuple(members))

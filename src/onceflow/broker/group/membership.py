@@ -1,0 +1,582 @@
+"""JoinGroup, SyncGroup, Heartbeat and LeaveGroup for one group: Kafka's classic rebalance protocol.
+
+Sans-IO: responses that must wait (a JoinGroup until the join phase ends, a SyncGroup until the
+leader's assignment) are callbacks stored on the member and called when the phase completes; timers
+come from the injected :class:`~onceflow.broker.group.scheduler.Scheduler`. Every wait is bounded:
+the join phase by the initial delay or the rebalance timeout, the sync phase by the rebalance timeout,
+members by their session timeout, so no client can wedge a group for longer than its timeouts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import Callable
+
+from onceflow.broker.group.config import GroupCoordinatorConfig
+from onceflow.broker.group.member import Member
+from onceflow.broker.group.metadata import GroupMetadata
+from onceflow.broker.group.scheduler import Scheduler
+from onceflow.broker.group.state import GroupEvent, GroupState
+from onceflow.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+S = GroupState
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    # JoinGroup v4+ (KIP-394): a first join without a member id gets one back with MEMBER_ID_REQUIRED.
+    require_known_member_id: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: ErrorCode
+    member_id: str = ""
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = ""
+    # Only the leader gets the members: (member id, group instance id, metadata of the chosen protocol).
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: ErrorCode
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+JoinCallback = Callable[[JoinResult], None]
+SyncCallback = Callable[[SyncResult], None]
+StoreGroup = Callable[[GroupMetadata], None]
+
+
+class Membership:
+    """The rebalance protocol over :class:`GroupMetadata` objects that the coordinator owns."""
+
+    def __init__(self, config: GroupCoordinatorConfig, scheduler: Scheduler, store_group: StoreGroup) -> None:
+        self._config = config
+        self._scheduler = scheduler
+        self._store_group = store_group
+
+    def _now(self) -> int:
+        return self._scheduler.now_ms()
+
+    # -- JoinGroup ---------------------------------------------------------------------------
+
+    def join(self, group: GroupMetadata, req: JoinRequest, respond: JoinCallback) -> None:
+        if group.is_in(S.DEAD):
+            # Deleted while this request was on its way: the client looks up the coordinator again.
+            respond(JoinResult(E.COORDINATOR_NOT_AVAILABLE, req.member_id))
+            return
+        if not group.supports(req.protocol_type, [n for n, _ in req.protocols]):
+            respond(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+            return
+        if req.member_id == "":
+            self._join_unknown_member(group, req, respond)
+        else:
+            self._join_known_member(group, req, respond)
+
+    def _join_unknown_member(self, group: GroupMetadata, req: JoinRequest, respond: JoinCallback) -> None:
+        new_id = f"{req.group_instance_id or req.client_id}-{uuid.uuid4()}"
+        if req.group_instance_id is not None:
+            old_id = group.static_member_id(req.group_instance_id)
+            if old_id is not None:
+                self._rejoin_static_member(group, req, old_id, new_id, respond)
+                return
+            if self._group_full(group):
+                respond(JoinResult(E.GROUP_MAX_SIZE_REACHED, ""))
+                return
+            self._add_member_and_rebalance(group, req, new_id, respond)
+            return
+        if self._group_full(group):
+            respond(JoinResult(E.GROUP_MAX_SIZE_REACHED, ""))
+            return
+        if req.require_known_member_id:
+            # KIP-394: remember the id; the member must come back with it within its session timeout.
+            timer = self._scheduler.call_later(
+                req.session_timeout_ms, lambda: self._expire_pending_member(group, new_id)
+            )
+            group.pending_members[new_id] = timer
+            respond(JoinResult(E.MEMBER_ID_REQUIRED, new_id))
+            return
+        self._add_member_and_rebalance(group, req, new_id, respond)
+
+    def _join_known_member(self, group: GroupMetadata, req: JoinRequest, respond: JoinCallback) -> None:
+        member_id = req.member_id
+        if member_id in group.pending_members:
+            timer = group.pending_members.pop(member_id)
+            if timer is not None:
+                timer.cancel()
+            self._add_member_and_rebalance(group, req, member_id, respond)
+            return
+        error = self._check_member(group, member_id, req.group_instance_id)
+        if error is not E.NONE:
+            respond(JoinResult(error, member_id))
+            return
+        if group.is_in(S.EMPTY):
+            respond(JoinResult(E.UNKNOWN_MEMBER_ID, member_id))
+            return
+        member = group.members[member_id]
+        if group.is_in(S.PREPARING_REBALANCE):
+            self._update_member_and_rebalance(group, member, req, respond)
+        elif group.is_in(S.COMPLETING_REBALANCE):
+            if member.matches(req.protocols):
+                # The member lost our JoinGroup response: send it again.
+                respond(self._join_result(group, member))
+            else:
+                self._update_member_and_rebalance(group, member, req, respond)
+        else:  # STABLE
+            if member_id == group.leader_id or not member.matches(req.protocols):
+                # The leader rejoins to make us rebalance (e.g. topic metadata changed).
+                self._update_member_and_rebalance(group, member, req, respond)
+            else:
+                respond(self._join_result(group, member, with_members=False))
+
+    def _rejoin_static_member(
+        self, group: GroupMetadata, req: JoinRequest, old_id: str, new_id: str, respond: JoinCallback
+    ) -> None:
+        old = group.members[old_id]
+        # The old incarnation is fenced: answer anything it still waits for.
+        if old.join_callback is not None:
+            old.join_callback(JoinResult(E.FENCED_INSTANCE_ID, old_id))
+            old.join_callback = None
+        if old.sync_callback is not None:
+            old.sync_callback(SyncResult(E.FENCED_INSTANCE_ID))
+            old.sync_callback = None
+        member = group.replace_static_member(req.group_instance_id or "", old_id, new_id)
+        log.info("group %s: static member %s rejoined as %s", group.group_id, req.group_instance_id, new_id)
+        if group.is_in(S.STABLE) and member.matches(req.protocols) and new_id != group.leader_id:
+            # KIP-345: a static member that restarts with the same subscription gets its old
+            # assignment back without a rebalance. The new member id must survive a restart.
+            member.client_id, member.client_host = req.client_id, req.client_host
+            member.session_timeout_ms = req.session_timeout_ms
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms
+            self._schedule_heartbeat(group, member)
+            try:
+                self._store_group(group)
+            except Exception:
+                log.exception("group %s: storing static member replacement failed", group.group_id)
+                group.replace_static_member(req.group_instance_id or "", new_id, old_id)
+                respond(JoinResult(E.UNKNOWN_SERVER_ERROR, ""))
+                return
+            respond(self._join_result(group, member, with_members=False))
+            return
+        self._update_member_and_rebalance(group, member, req, respond)
+
+    def _group_full(self, group: GroupMetadata) -> bool:
+        return len(group.members) + len(group.pending_members) >= self._config.group_max_size
+
+    def _add_member_and_rebalance(
+        self, group: GroupMetadata, req: JoinRequest, member_id: str, respond: JoinCallback
+    ) -> None:
+        member = Member(
+            member_id=member_id,
+            group_instance_id=req.group_instance_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            session_timeout_ms=req.session_timeout_ms,
+            protocol_type=req.protocol_type,
+            protocols=list(req.protocols),
+            join_callback=respond,
+            is_new=True,
+        )
+        group.add_member(member)
+        if group.initial_delay_active:
+            group.new_member_added = True
+        self._schedule_heartbeat(group, member)
+        self._maybe_prepare_rebalance(group, f"member {member_id} joined")
+        self._try_complete_join(group)
+
+    def _update_member_and_rebalance(
+        self, group: GroupMetadata, member: Member, req: JoinRequest, respond: JoinCallback
+    ) -> None:
+        if member.join_callback is not None and member.join_callback is not respond:
+            # A second JoinGroup replaces the first, whose connection is most likely gone.
+            member.join_callback(JoinResult(E.REBALANCE_IN_PROGRESS, member.member_id))
+        member.protocols = list(req.protocols)
+        member.session_timeout_ms = req.session_timeout_ms
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.client_id, member.client_host = req.client_id, req.client_host
+        member.join_callback = respond
+        self._schedule_heartbeat(group, member)
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
+        self._try_complete_join(group)
+
+    # -- the join phase ------------------------------------------------------------------------
+
+    def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.is_in(S.EMPTY, S.STABLE, S.COMPLETING_REBALANCE):
+            self.prepare_rebalance(group, reason)
+
+    def prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
+        if group.is_in(S.COMPLETING_REBALANCE):
+            # Assignments of the abandoned generation must not be handed out.
+            self._reset_and_propagate_sync_error(group, E.REBALANCE_IN_PROGRESS)
+        if group.sync_timer is not None:
+            group.sync_timer.cancel()
+            group.sync_timer = None
+        was_empty = group.is_in(S.EMPTY)
+        group.transition(GroupEvent.PREPARE_REBALANCE, self._now())
+        log.info(
+            "group %s: preparing rebalance (generation %d): %s", group.group_id, group.generation_id, reason
+        )
+        rebalance_timeout = self._rebalance_timeout(group)
+        delay = min(self._config.group_initial_rebalance_delay_ms, rebalance_timeout)
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+        if was_empty and delay > 0:
+            # group.initial.rebalance.delay.ms: give the other members of a starting application a
+            # chance to arrive before the first generation, extended per arrival up to the timeout.
+            group.initial_delay_active = True
+            group.new_member_added = False
+            group.initial_delay_remaining_ms = max(rebalance_timeout - delay, 0)
+            group.join_timer = self._scheduler.call_later(delay, lambda: self._on_initial_delay(group))
+        else:
+            group.initial_delay_active = False
+            group.join_timer = self._scheduler.call_later(
+                rebalance_timeout, lambda: self._on_join_timeout(group)
+            )
+            # Everybody may already be in (e.g. the last member left): no reason to wait.
+            self._try_complete_join(group)
+
+    def _rebalance_timeout(self, group: GroupMetadata) -> int:
+        return max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+
+    def _on_initial_delay(self, group: GroupMetadata) -> None:
+        if not group.is_in(S.PREPARING_REBALANCE) or not group.initial_delay_active:
+            return
+        if group.new_member_added and group.initial_delay_remaining_ms > 0:
+            delay = min(self._config.group_initial_rebalance_delay_ms, group.initial_delay_remaining_ms)
+            group.initial_delay_remaining_ms -= delay
+            group.new_member_added = False
+            group.join_timer = self._scheduler.call_later(delay, lambda: self._on_initial_delay(group))
+            return
+        self._complete_join(group)
+
+    def _on_join_timeout(self, group: GroupMetadata) -> None:
+        if group.is_in(S.PREPARING_REBALANCE):
+            self._complete_join(group)
+
+    def _try_complete_join(self, group: GroupMetadata) -> None:
+        if (
+            group.is_in(S.PREPARING_REBALANCE)
+            and not group.initial_delay_active
+            and group.all_members_joined()
+        ):
+            self._complete_join(group)
+
+    def _complete_join(self, group: GroupMetadata) -> None:
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+            group.join_timer = None
+        group.initial_delay_active = False
+        # Dynamic members that did not rejoin in time are out; static ones keep their place
+        # until their session times out (KIP-345).
+        for member in [m for m in group.members.values() if not m.awaiting_join and not m.is_static]:
+            log.info("group %s: member %s did not rejoin in time", group.group_id, member.member_id)
+            self._drop_member(group, member)
+        group.generation_id += 1
+        now = self._now()
+        if not group.members:
+            group.protocol_name = None
+            group.leader_id = None
+            group.transition(GroupEvent.ALL_MEMBERS_LEFT, now)
+            log.info("group %s: generation %d is empty", group.group_id, group.generation_id)
+            try:
+                self._store_group(group)
+            except Exception:
+                log.exception("group %s: storing empty generation failed", group.group_id)
+            return
+        group.protocol_name = group.select_protocol()
+        if group.leader_id not in group.members or not group.members[group.leader_id].awaiting_join:
+            joined = [m.member_id for m in group.members.values() if m.awaiting_join]
+            group.leader_id = joined[0] if joined else next(iter(group.members))
+        group.transition(GroupEvent.JOIN_COMPLETED, now)
+        log.info(
+            "group %s: generation %d with %d members, protocol %s, leader %s",
+            group.group_id,
+            group.generation_id,
+            len(group.members),
+            group.protocol_name,
+            group.leader_id,
+        )
+        for member in group.members.values():
+            member.synced = False
+            member.assignment = b""
+            if member.join_callback is not None:
+                callback, member.join_callback = member.join_callback, None
+                member.is_new = False
+                callback(self._join_result(group, member))
+                self._schedule_heartbeat(group, member)
+        generation = group.generation_id
+        group.sync_timer = self._scheduler.call_later(
+            self._rebalance_timeout(group), lambda: self._on_sync_timeout(group, generation)
+        )
+
+    def _join_result(self, group: GroupMetadata, member: Member, *, with_members: bool = True) -> JoinResult:
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
+        if with_members and member.member_id == group.leader_id and group.protocol_name is not None:
+            members = tuple(
+                (m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name))
+                for m in group.members.values()
+            )
+        return JoinResult(
+            error=E.NONE,
+            member_id=member.member_id,
+            generation_id=group.generation_id,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader_id=group.leader_id or "",
+            members=members,
+        )
+
+    # -- SyncGroup ---------------------------------------------------------------------------
+
+    def sync(
+        self,
+        group: GroupMetadata,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+        respond: SyncCallback,
+    ) -> None:
+        if group.is_in(S.DEAD):
+            respond(SyncResult(E.COORDINATOR_NOT_AVAILABLE))
+            return
+        error = self._check_member(group, member_id, group_instance_id)
+        if error is E.NONE and generation_id != group.generation_id:
+            error = E.ILLEGAL_GENERATION
+        if error is E.NONE and (
+            (protocol_type is not None and protocol_type != group.protocol_type)
+            or (protocol_name is not None and protocol_name != group.protocol_name)
+        ):
+            error = E.INCONSISTENT_GROUP_PROTOCOL
+        if error is not E.NONE:
+            respond(SyncResult(error))
+            return
+        member = group.members[member_id]
+        if group.is_in(S.EMPTY):
+            respond(SyncResult(E.UNKNOWN_MEMBER_ID))
+        elif group.is_in(S.PREPARING_REBALANCE):
+            respond(SyncResult(E.REBALANCE_IN_PROGRESS))
+        elif group.is_in(S.STABLE):
+            member.synced = True
+            self._schedule_heartbeat(group, member)
+            respond(self._sync_result(group, member))
+        else:  # COMPLETING_REBALANCE
+            member.synced = True
+            member.sync_callback = respond
+            self._schedule_heartbeat(group, member)
+            if member_id == group.leader_id:
+                self._apply_leader_assignment(group, assignments)
+
+    def _apply_leader_assignment(self, group: GroupMetadata, assignments: dict[str, bytes]) -> None:
+        previous = {mid: m.assignment for mid, m in group.members.items()}
+        for mid, m in group.members.items():
+            # A member the leader forgot gets an empty assignment, as in Kafka.
+            m.assignment = bytes(assignments.get(mid, b""))
+        try:
+            self._store_group(group)
+        except Exception:
+            log.exception("group %s: storing the assignment failed", group.group_id)
+            for mid, m in group.members.items():
+                m.assignment = previous[mid]
+            self._reset_and_propagate_sync_error(group, E.UNKNOWN_SERVER_ERROR)
+            self.prepare_rebalance(group, "storing the assignment failed")
+            return
+        group.transition(GroupEvent.ASSIGNMENT_RECEIVED, self._now())
+        log.info("group %s: generation %d is stable", group.group_id, group.generation_id)
+        for m in group.members.values():
+            if m.sync_callback is not None:
+                callback, m.sync_callback = m.sync_callback, None
+                callback(self._sync_result(group, m))
+
+    def _sync_result(self, group: GroupMetadata, member: Member) -> SyncResult:
+        return SyncResult(E.NONE, member.assignment, group.protocol_type, group.protocol_name)
+
+    def _reset_and_propagate_sync_error(self, group: GroupMetadata, error: ErrorCode) -> None:
+        for m in group.members.values():
+            m.assignment = b""
+            if m.sync_callback is not None:
+                callback, m.sync_callback = m.sync_callback, None
+                callback(SyncResult(error))
+
+    def _on_sync_timeout(self, group: GroupMetadata, generation: int) -> None:
+        """Members that got a JoinGroup response but never sent SyncGroup within the rebalance timeout."""
+        group.sync_timer = None
+        if group.generation_id != generation or not group.is_in(S.COMPLETING_REBALANCE, S.STABLE):
+            return
+        laggards = [m for m in group.members.values() if not m.synced]
+        if not laggards:
+            return
+        for m in laggards:
+            log.info("group %s: member %s did not sync in time", group.group_id, m.member_id)
+            self._drop_member(group, m)
+        self._after_member_removed(group, "members did not sync in time")
+
+    # -- Heartbeat ---------------------------------------------------------------------------
+
+    def heartbeat(
+        self, group: GroupMetadata, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        if group.is_in(S.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE
+        error = self._check_member(group, member_id, group_instance_id)
+        if error is not E.NONE:
+            return error
+        if group.is_in(S.EMPTY):
+            return E.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return E.ILLEGAL_GENERATION
+        self._schedule_heartbeat(group, group.members[member_id])
+        if group.is_in(S.PREPARING_REBALANCE):
+            return E.REBALANCE_IN_PROGRESS
+        return E.NONE
+
+    def touch(self, group: GroupMetadata, member_id: str) -> None:
+        """An offset commit from a member counts as a heartbeat (as in Kafka)."""
+        member = group.members.get(member_id)
+        if member is not None:
+            self._schedule_heartbeat(group, member)
+
+    def _schedule_heartbeat(self, group: GroupMetadata, member: Member) -> None:
+        if member.heartbeat_timer is not None:
+            member.heartbeat_timer.cancel()
+        member.heartbeat_deadline_ms = self._now() + member.session_timeout_ms
+        member.heartbeat_timer = self._scheduler.call_later(
+            member.session_timeout_ms, lambda: self._on_session_timeout(group, member)
+        )
+
+    def schedule_loaded_member(self, group: GroupMetadata, member: Member) -> None:
+        """After a restart, members of a loaded group must heartbeat within their session timeout."""
+        self._schedule_heartbeat(group, member)
+
+    def _on_session_timeout(self, group: GroupMetadata, member: Member) -> None:
+        if group.members.get(member.member_id) is not member:
+            return
+        if member.awaiting_join or member.awaiting_sync:
+            # Parked in a JoinGroup/SyncGroup: that phase's own timer bounds the wait.
+            self._schedule_heartbeat(group, member)
+            return
+        log.info("group %s: member %s session timed out", group.group_id, member.member_id)
+        self._drop_member(group, member)
+        self._after_member_removed(group, f"member {member.member_id} session timed out")
+
+    def _expire_pending_member(self, group: GroupMetadata, member_id: str) -> None:
+        if group.pending_members.pop(member_id, "absent") != "absent":
+            log.info("group %s: pending member %s never rejoined", group.group_id, member_id)
+            self._try_complete_join(group)
+
+    # -- LeaveGroup --------------------------------------------------------------------------
+
+    def leave(self, group: GroupMetadata, leaving: list[tuple[str, str | None]]) -> list[ErrorCode]:
+        """Remove each (member id, group instance id); one error code per entry, in order."""
+        results = []
+        for member_id, instance_id in leaving:
+            results.append(self._leave_one(group, member_id, instance_id))
+        return results
+
+    def _leave_one(self, group: GroupMetadata, member_id: str, instance_id: str | None) -> ErrorCode:
+        if instance_id is not None:
+            registered = group.static_member_id(instance_id)
+            if registered is None:
+                return E.UNKNOWN_MEMBER_ID
+            if member_id and member_id != registered:
+                return E.FENCED_INSTANCE_ID
+            member_id = registered
+        elif member_id in group.pending_members:
+            timer = group.pending_members.pop(member_id)
+            if timer is not None:
+                timer.cancel()
+            self._try_complete_join(group)
+            return E.NONE
+        member = group.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        log.info("group %s: member %s left", group.group_id, member_id)
+        self._drop_member(group, member)
+        self._after_member_removed(group, f"member {member_id} left")
+        return E.NONE
+
+    # -- shared --------------------------------------------------------------------------------
+
+    def _check_member(self, group: GroupMetadata, member_id: str, instance_id: str | None) -> ErrorCode:
+        """Kafka's static-membership fencing, then plain membership."""
+        if instance_id is not None:
+            registered = group.static_member_id(instance_id)
+            if registered is None:
+                return E.UNKNOWN_MEMBER_ID
+            if registered != member_id:
+                return E.FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return E.UNKNOWN_MEMBER_ID
+        return E.NONE
+
+    def check_commit_member(
+        self, group: GroupMetadata, member_id: str, instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        """May this member commit offsets for this generation? (OffsetCommit's membership rules.)"""
+        if group.is_in(S.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE
+        if instance_id is not None:
+            registered = group.static_member_id(instance_id)
+            if registered is not None and registered != member_id:
+                return E.FENCED_INSTANCE_ID
+        if generation_id < 0 and group.is_in(S.EMPTY):
+            return E.NONE  # a consumer that assigns partitions itself, using the group for offsets only
+        if group.is_in(S.COMPLETING_REBALANCE):
+            return E.REBALANCE_IN_PROGRESS
+        if member_id not in group.members:
+            return E.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return E.ILLEGAL_GENERATION
+        return E.NONE
+
+    def _drop_member(self, group: GroupMetadata, member: Member) -> None:
+        if member.heartbeat_timer is not None:
+            member.heartbeat_timer.cancel()
+            member.heartbeat_timer = None
+        if member.join_callback is not None:
+            callback, member.join_callback = member.join_callback, None
+            callback(JoinResult(E.UNKNOWN_MEMBER_ID, member.member_id))
+        if member.sync_callback is not None:
+            callback, member.sync_callback = member.sync_callback, None
+            callback(SyncResult(E.UNKNOWN_MEMBER_ID))
+        group.remove_member(member.member_id)
+
+    def _after_member_removed(self, group: GroupMetadata, reason: str) -> None:
+        if group.is_in(S.STABLE, S.COMPLETING_REBALANCE):
+            self.prepare_rebalance(group, reason)
+        elif group.is_in(S.PREPARING_REBALANCE):
+            self._try_complete_join(group)
+
+    def shutdown_group(self, group: GroupMetadata) -> None:
+        """Cancel every timer of a group that is being deleted or unloaded."""
+        for timer in (group.join_timer, group.sync_timer, *group.pending_members.values()):
+            if timer is not None:
+                timer.cancel()
+        group.join_timer = group.sync_timer = None
+        group.pending_members.clear()
+        for member in list(group.members.values()):
+            self._drop_member(group, member)

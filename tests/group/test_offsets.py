@@ -1,0 +1,211 @@
+"""Offset commit / fetch / expiry / deletion and replay of ``__consumer_offsets``."""
+
+import pytest
+
+from onceflow.broker.group import log_format as fmt
+from onceflow.broker.group.coordinator import GroupCoordinator, OffsetCommitEntry
+from onceflow.broker.group.state import GroupState
+from onceflow.protocol.errors import CoordinatorLoadInProgress
+from onceflow.protocol.errors import ErrorCode as E
+
+from .conftest import SESSION_MS, Harness
+
+TP0, TP1 = ("t", 0), ("t", 1)
+
+
+def commit(h, offsets, group="g", member="", generation=-1, instance=None):
+    entries = {tp: OffsetCommitEntry(off) for tp, off in offsets.items()}
+    return h.coord.commit_offsets(group, member, instance, generation, entries)
+
+
+def fetched(h, group="g", tps=None, **kw):
+    top, rows = h.coord.fetch_offsets(group, tps, **kw)
+    assert top is E.NONE
+    return {tp: (v.offset if v else None, err) for tp, v, err in rows}
+
+
+def test_simple_commit_and_fetch(h):
+    assert commit(h, {TP0: 5, TP1: 9}) == (E.NONE, {TP0: E.NONE, TP1: E.NONE})
+    assert fetched(h) == {TP0: (5, E.NONE), TP1: (9, E.NONE)}
+    assert fetched(h, tps=[TP0, ("t", 2)]) == {TP0: (5, E.NONE), ("t", 2): (None, E.NONE)}
+    assert fetched(h, group="other") == {}
+    # the group exists (Empty, no protocol) and is listed
+    assert [(g.group_id, g.state) for g in h.coord.list_groups()] == [("g", "Empty")]
+
+
+def test_commit_is_acknowledged_only_after_the_append(h):
+    h.topic.fail_appends = OSError("disk full")
+    top, errors = commit(h, {TP0: 5})
+    assert errors[TP0] is E.UNKNOWN_SERVER_ERROR
+    h.topic.fail_appends = None
+    assert fetched(h) == {}
+
+
+def test_unknown_partition_and_oversized_metadata_are_per_partition_errors():
+    h = Harness()
+    h.coord = GroupCoordinator(h.config, h.clock, h.topic, partition_exists=lambda t, p: t == "t" and p < 2)
+    h.coord.load()
+    entries = {
+        TP0: OffsetCommitEntry(1),
+        ("t", 5): OffsetCommitEntry(1),
+        ("nope", 0): OffsetCommitEntry(1),
+        TP1: OffsetCommitEntry(1, metadata="x" * 5000),
+    }
+    _, errors = h.coord.commit_offsets("g", "", None, -1, entries)
+    assert errors == {
+        TP0: E.NONE,
+        ("t", 5): E.UNKNOWN_TOPIC_OR_PARTITION,
+        ("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION,
+        TP1: E.OFFSET_METADATA_TOO_LARGE,
+    }
+
+
+def test_member_commits_are_checked_against_generation(h):
+    r = h.stable_single()
+    assert commit(h, {TP0: 1}, member=r.member_id, generation=1)[1] == {TP0: E.NONE}
+    assert commit(h, {TP0: 2}, member=r.member_id, generation=0)[0] is E.ILLEGAL_GENERATION
+    assert commit(h, {TP0: 2}, member="ghost", generation=1)[0] is E.UNKNOWN_MEMBER_ID
+    assert commit(h, {TP0: 2}, member="", generation=-1)[0] is E.UNKNOWN_MEMBER_ID  # group is not empty
+    assert commit(h, {TP0: 2}, group="fresh", member="x", generation=3)[0] is E.ILLEGAL_GENERATION
+    b = h.join_new(client_id="b")
+    h.join("g", r.member_id)
+    assert h.coord.group("g").state is GroupState.COMPLETING_REBALANCE
+    assert commit(h, {TP0: 2}, member=r.member_id, generation=2)[0] is E.REBALANCE_IN_PROGRESS
+    assert b and fetched(h)[TP0] == (1, E.NONE)
+
+
+def test_static_member_fencing_on_commit(h):
+    s = h.join("g", instance_id="i")
+    h.sync("g", s[0].member_id, 1, {s[0].member_id: b""}, instance_id="i")
+    assert commit(h, {TP0: 1}, member="old-id", generation=1, instance="i")[0] is E.FENCED_INSTANCE_ID
+
+
+def test_offsets_and_groups_survive_restart(h):
+    r = h.stable_single()
+    commit(h, {TP0: 11}, member=r.member_id, generation=1)
+    commit(h, {TP0: 3}, group="simple")
+    coord = h.restart()
+    assert fetched(h) == {TP0: (11, E.NONE)}
+    assert fetched(h, group="simple") == {TP0: (3, E.NONE)}
+    g = coord.group("g")
+    assert g.state is GroupState.STABLE and g.generation_id == 1 and list(g.members) == [r.member_id]
+    assert g.members[r.member_id].assignment == b"A"
+    # the member comes back and keeps its generation
+    assert coord.heartbeat("g", r.member_id, None, 1) is E.NONE
+    # a member that never comes back expires
+    h.clock.advance(SESSION_MS * 2)
+    assert coord.group("g").state is GroupState.EMPTY
+
+
+def test_records_use_kafka_schemas_on_the_groups_partition(h):
+    h.stable_single()
+    commit(h, {TP0: 11}, group="g", member=h.coord.group("g").leader_id, generation=1)
+    part = fmt.partition_for_group("g", 3)
+    keys = [fmt.decode_key(k) for b in h.topic.batches[part] for k, _ in b.records]
+    assert fmt.GroupKey("g") in keys and fmt.OffsetKey("g", "t", 0) in keys
+
+
+def test_loading_coordinator_refuses(h):
+    coord = GroupCoordinator(h.config, h.clock, h.topic)
+    with pytest.raises(CoordinatorLoadInProgress):
+        coord.fetch_offsets("g", None)
+    assert coord.heartbeat("g", "m", None, 1) is E.COORDINATOR_LOAD_IN_PROGRESS
+    out = []
+    coord.sync_group("g", "m", None, 1, {}, out.append)
+    assert out[0].error is E.COORDINATOR_LOAD_IN_PROGRESS
+
+
+def test_offsets_of_an_empty_group_expire_after_retention(h):
+    r = h.stable_single()
+    commit(h, {TP0: 4}, member=r.member_id, generation=1)
+    commit(h, {TP0: 8}, group="simple")
+    h.coord.leave_group("g", [(r.member_id, None)])
+    retention = h.config.offsets_retention_ms
+    h.clock.advance(retention - 1)
+    assert h.coord.expire_offsets() == 0
+    h.clock.advance(1)
+    assert h.coord.expire_offsets() == 2
+    assert h.coord.group("g") is None and h.coord.group("simple") is None
+    h.restart()
+    assert fetched(h) == {} and h.coord.group("g") is None
+
+
+def test_periodic_expiry_timer_runs(h):
+    commit(h, {TP0: 8}, group="simple")
+    h.coord.start_expiry()
+    h.clock.advance(h.config.offsets_retention_ms + h.config.offsets_retention_check_interval_ms)
+    assert fetched(h, group="simple") == {}
+
+
+def test_stable_group_offsets_do_not_expire(h):
+    r = h.stable_single()
+    commit(h, {TP0: 4}, member=r.member_id, generation=1)
+    for _ in range(3):
+        h.clock.advance(SESSION_MS // 2)
+        h.coord.heartbeat("g", r.member_id, None, 1)
+    assert h.coord.expire_offsets() == 0
+
+
+def test_delete_groups(h):
+    r = h.stable_single()
+    commit(h, {TP0: 4}, member=r.member_id, generation=1)
+    commit(h, {TP0: 1}, group="simple")
+    assert h.coord.delete_groups(["g", "simple", "missing"]) == {
+        "g": E.NON_EMPTY_GROUP,
+        "simple": E.NONE,
+        "missing": E.GROUP_ID_NOT_FOUND,
+    }
+    assert fetched(h, group="simple") == {}
+    h.restart()
+    assert h.coord.group("simple") is None and fetched(h, group="simple") == {}
+
+
+def test_offset_delete_refuses_subscribed_topics(h):
+    from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+
+    sub = bytes(
+        ConsumerProtocolSubscription(topics=["t"], user_data=b"", owned_partitions=[], version=1).encode()
+    )
+    r = h.stable_single(protocols=(("range", sub),))
+    commit(h, {TP0: 4, ("u", 0): 2}, member=r.member_id, generation=1)
+    top, errors = h.coord.delete_offsets("g", [TP0, ("u", 0)])
+    assert top is E.NONE and errors == {TP0: E.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): E.NONE}
+    assert fetched(h) == {TP0: (4, E.NONE)}
+    assert h.coord.delete_offsets("nope", [TP0])[0] is E.GROUP_ID_NOT_FOUND
+
+
+def test_transactional_offsets_stay_pending_until_the_commit_marker(h):
+    commit(h, {TP0: 1})
+    results = h.coord.commit_txn_offsets("g", 42, 0, {TP0: OffsetCommitEntry(10)})
+    assert results == {TP0: E.NONE}
+    assert fetched(h) == {TP0: (1, E.NONE)}
+    assert fetched(h, require_stable=True) == {TP0: (None, E.UNSTABLE_OFFSET_COMMIT)}
+    # replay before the marker: still pending
+    part = fmt.partition_for_group("g", 3)
+    h.restart()
+    assert fetched(h, require_stable=True)[TP0][1] is E.UNSTABLE_OFFSET_COMMIT
+    h.topic.write_marker(part, 42, 0, commit=True)
+    h.coord.on_txn_marker(42, commit=True)
+    assert fetched(h, require_stable=True) == {TP0: (10, E.NONE)}
+    h.restart()
+    assert fetched(h) == {TP0: (10, E.NONE)}
+
+
+def test_aborted_transactional_offsets_never_show(h):
+    h.coord.commit_txn_offsets("g", 7, 0, {TP0: OffsetCommitEntry(10)})
+    h.topic.write_marker(fmt.partition_for_group("g", 3), 7, 0, commit=False)
+    h.coord.on_txn_marker(7, commit=False)
+    assert fetched(h, tps=[TP0]) == {TP0: (None, E.NONE)}
+    h.restart()
+    assert fetched(h, tps=[TP0], require_stable=True) == {TP0: (None, E.NONE)}
+
+
+def test_describe_and_list(h):
+    r = h.stable_single()
+    d = h.coord.describe_group("g")
+    assert (d.error, d.state, d.protocol_type, d.protocol) == (E.NONE, "Stable", "consumer", "range")
+    assert [(m.member_id, m.assignment, m.metadata) for m in d.members] == [(r.member_id, b"A", b"r-meta")]
+    assert h.coord.describe_group("missing").error is E.GROUP_ID_NOT_FOUND
+    assert [g.group_id for g in h.coord.list_groups(states=["stable"])] == ["g"]
+    assert h.coord.list_groups(states=["Empty"]) == []
+    assert h.coord.list_groups(types=["consumer"]) == []  # KIP-848 group type filter: ours are classic
