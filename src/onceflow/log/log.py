@@ -363,6 +363,13 @@ class Log:
         _fsync_directory(self.directory)
         self._closed = True
 
+    def abandon(self) -> None:
+        """Close the files without flushing or marking a clean shutdown: what a crash leaves behind
+        (for fault injection and tests; the next open recovers as after ``kill -9``)."""
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+
     def delete(self) -> None:
         """Close the files and remove the partition directory."""
         for segment in self._segments:

@@ -135,7 +135,7 @@ class LogSegment:
             )
             os.ftruncate(self._fd, valid_end)
             self.size = valid_end
-        self.seal_indexes()
+        self.write_indexes()  # so the next open can trust them
         return removed
 
     # --- writing ---
