@@ -24,13 +24,15 @@ from onceflow.client.async_client import (
 from onceflow.client.fetch_records import READ_COMMITTED, READ_UNCOMMITTED, visible_records
 from onceflow.client.partitioner import RoundRobin, partition_for_key
 from onceflow.protocol.compression import CompressionType, codec_for_name
-from onceflow.protocol.errors import UnknownTopicOrPartition
+from onceflow.protocol.errors import ErrorCode, UnknownTopicOrPartition
 from onceflow.protocol.record_codec import ProducerRecord, encode_batch
 
 __all__ = ["ConsumedRecord", "SimpleClient", "isolation_level_for_name"]
 
 BATCH_SIZE = 16384  # Kafka's batch.size
 MAX_IN_FLIGHT = 5  # Kafka's max.in.flight.requests.per.connection
+METADATA_ATTEMPTS = 20
+RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
 _RECORD_OVERHEAD = 20  # rough per-record framing bytes, for sizing batches
 
 
@@ -119,9 +121,19 @@ class SimpleClient:
         info = await self._topic_info(name)
         return info, await self._client.describe_topic_configs(name)
 
-    async def _topic_info(self, name: str) -> TopicInfo:
-        info = (await self._client.metadata([name])).topics.get(name)
-        if info is None or info.error != 0 or not info.partitions:
+    async def _topic_info(self, name: str, *, auto_create: bool = False) -> TopicInfo:
+        for attempt in range(METADATA_ATTEMPTS):
+            info = (await self._client.metadata([name], auto_create=auto_create)).topics.get(name)
+            # A topic just auto-created may report LEADER_NOT_AVAILABLE for a moment; ask again.
+            if (
+                info is not None
+                and info.error == ErrorCode.LEADER_NOT_AVAILABLE
+                and attempt + 1 < METADATA_ATTEMPTS
+            ):
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            break
+        if info is None or info.error != ErrorCode.NONE or not info.partitions:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
         return info
 
@@ -146,7 +158,8 @@ class SimpleClient:
         return self._run(self._produce(topic, records, partition, acks, codec, batch_size))
 
     async def _produce(self, topic, records, partition, acks, codec, batch_size):
-        num_partitions = len((await self._topic_info(topic)).partitions)
+        # Like Kafka's producers, ask for the topic to be auto-created (if the broker allows it).
+        num_partitions = len((await self._topic_info(topic, auto_create=True)).partitions)
         pending: dict[int, list[ProducerRecord]] = {}
         pending_bytes: dict[int, int] = {}
         sent: list[tuple[int, int, asyncio.Task]] = []  # (partition, record count, request) in send order

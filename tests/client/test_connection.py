@@ -1,0 +1,148 @@
+"""Connection framing, version negotiation and pipelining, against a scripted in-process server."""
+
+import asyncio
+import struct
+
+import pytest
+from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest
+
+from onceflow.client.connection import BrokerConnectionError, Connection
+from onceflow.protocol import apis
+from onceflow.protocol.errors import UnsupportedVersion
+
+# What the scripted broker advertises: ApiVersions only up to v2, Metadata 0-9, nothing else.
+ADVERTISED = {18: (0, 2), 3: (0, 9)}
+
+
+class ScriptedBroker:
+    """Answers ApiVersions; holds Metadata requests until ``hold`` of them arrived, then answers them
+    in reverse order (so correlation ids, not arrival order, must match them up)."""
+
+    def __init__(self, hold: int = 1, close_on_metadata: bool = False) -> None:
+        self.hold = hold
+        self.close_on_metadata = close_on_metadata
+        self.seen: list[tuple[int, int]] = []  # (api_key, api_version) of each request
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self):
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+        await self.server.wait_closed()
+
+    @property
+    def port(self) -> int:
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader, writer):
+        held = []
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                api_key, version, correlation_id = apis.peek_request_header(frame)
+                self.seen.append((api_key, version))
+                if api_key == 18:
+                    writer.write(self._api_versions(version, correlation_id))
+                elif api_key == 3 and self.close_on_metadata:
+                    return  # the connection dies with the request unanswered
+                elif api_key == 3:
+                    held.append((correlation_id, version))
+                    if len(held) == self.hold:
+                        for cid, v in reversed(held):
+                            response = MetadataResponse(
+                                throttle_time_ms=0,
+                                brokers=[],
+                                cluster_id=f"cid-{cid}",
+                                controller_id=0,
+                                topics=[],
+                            )
+                            writer.write(apis.encode_response(response, cid, v))
+                        held.clear()
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            pass
+        finally:
+            writer.close()
+
+    def _api_versions(self, version: int, correlation_id: int) -> bytes:
+        low, high = ADVERTISED[18]
+        if version > high:
+            return bytes(apis.unsupported_api_versions_response(correlation_id, low, high))
+        keys = [
+            ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, (lo, hi) in ADVERTISED.items()
+        ]
+        response = ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+        return bytes(apis.encode_response(response, correlation_id, version))
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+def test_negotiates_down_and_picks_highest_common_version():
+    async def scenario():
+        async with ScriptedBroker() as broker:
+            conn = await Connection.open("127.0.0.1", broker.port)
+            try:
+                assert conn.broker_versions == ADVERTISED
+                assert conn.version_for(MetadataRequest) == 9
+                response = await conn.send(MetadataRequest(topics=None))
+                assert response.cluster_id.startswith("cid-")
+                with pytest.raises(UnsupportedVersion, match="does not support"):
+                    conn.version_for(ProduceRequest)
+            finally:
+                await conn.close()
+            # First ApiVersions at our max (3) got UNSUPPORTED_VERSION, the retry went at 2.
+            assert broker.seen[:2] == [(18, 3), (18, 2)]
+            assert broker.seen[2] == (3, 9)
+
+    run(scenario())
+
+
+def test_pipelined_requests_are_matched_by_correlation_id():
+    async def scenario():
+        async with ScriptedBroker(hold=5) as broker:
+            conn = await Connection.open("127.0.0.1", broker.port)
+            try:
+                requests = [MetadataRequest(topics=None) for _ in range(5)]
+                responses = await asyncio.gather(*(conn.send(r) for r in requests))
+                # Each response carries the correlation id its request was sent with.
+                assert [r.cluster_id for r in responses] == [
+                    f"cid-{req.header.correlation_id}" for req in requests
+                ]
+                assert len({r.cluster_id for r in responses}) == 5
+            finally:
+                await conn.close()
+
+    run(scenario())
+
+
+def test_connection_refused_is_a_clear_error():
+    async def scenario():
+        async with ScriptedBroker() as broker:
+            port = broker.port
+        with pytest.raises(BrokerConnectionError, match=f"cannot connect to 127.0.0.1:{port}"):
+            await Connection.open("127.0.0.1", port)
+
+    run(scenario())
+
+
+def test_broker_closing_fails_waiting_requests():
+    async def scenario():
+        async with ScriptedBroker(close_on_metadata=True) as broker:
+            conn = await Connection.open("127.0.0.1", broker.port)
+            try:
+                with pytest.raises(BrokerConnectionError, match="lost connection"):
+                    await conn.send(MetadataRequest(topics=None))
+                assert conn.closed
+                with pytest.raises(BrokerConnectionError, match="closed"):
+                    await conn.send(MetadataRequest(topics=None))
+            finally:
+                await conn.close()
+
+    run(scenario())

@@ -1,0 +1,76 @@
+"""read_committed filtering of fetched data, as Kafka's consumer does it (pure, no broker)."""
+
+from onceflow.client.fetch_records import READ_COMMITTED, READ_UNCOMMITTED, visible_records
+from onceflow.protocol.record_codec import encode_batch
+from onceflow.protocol.records import build_control_batch
+
+TS = 1_700_000_000_000
+
+
+def txn_batch(pid, base_offset, values, seq=0):
+    return encode_batch(
+        [(None, v) for v in values],
+        producer_id=pid,
+        producer_epoch=0,
+        base_sequence=seq,
+        transactional=True,
+        base_offset=base_offset,
+        timestamp_ms=TS,
+    )
+
+
+def marker(pid, offset, commit):
+    return build_control_batch(
+        pid, 0, commit=commit, coordinator_epoch=0, timestamp_ms=TS, base_offset=offset
+    )
+
+
+# Offsets: 0-1 pid 1 (aborted), 2-3 pid 2 (committed), 4 abort marker pid 1, 5 commit marker pid 2,
+# 6 plain record, 7 pid 1 again in a new transaction (committed), 8 its commit marker.
+LOG = (
+    txn_batch(1, 0, [b"a1", b"a2"])
+    + txn_batch(2, 2, [b"c1", b"c2"])
+    + marker(1, 4, commit=False)
+    + marker(2, 5, commit=True)
+    + encode_batch([(None, b"plain")], base_offset=6, timestamp_ms=TS)
+    + txn_batch(1, 7, [b"c3"], seq=2)
+    + marker(1, 8, commit=True)
+)
+ABORTED = [(1, 0)]
+
+
+def values(records):
+    return [r.value for r in records]
+
+
+def test_read_committed_drops_aborted_transactions_and_markers():
+    records, next_offset = visible_records(
+        LOG, fetch_offset=0, isolation_level=READ_COMMITTED, aborted_transactions=ABORTED
+    )
+    assert values(records) == [b"c1", b"c2", b"plain", b"c3"]
+    assert next_offset == 9
+
+
+def test_read_uncommitted_shows_everything_but_markers():
+    records, next_offset = visible_records(LOG, fetch_offset=0, isolation_level=READ_UNCOMMITTED)
+    assert values(records) == [b"a1", b"a2", b"c1", b"c2", b"plain", b"c3"]
+    assert [r.offset for r in records] == [0, 1, 2, 3, 6, 7]
+    assert next_offset == 9
+
+
+def test_records_before_the_fetch_offset_are_skipped():
+    records, _ = visible_records(
+        LOG, fetch_offset=3, isolation_level=READ_COMMITTED, aborted_transactions=ABORTED
+    )
+    assert values(records) == [b"c2", b"plain", b"c3"]
+
+
+def test_only_markers_still_advance_the_position():
+    records, next_offset = visible_records(marker(1, 10, commit=True), fetch_offset=10)
+    assert records == []
+    assert next_offset == 11
+
+
+def test_empty_fetch_keeps_the_position():
+    assert visible_records(None, fetch_offset=5) == ([], 5)
+    assert visible_records(b"", fetch_offset=5) == ([], 5)
