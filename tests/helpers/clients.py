@@ -113,14 +113,16 @@ class ConfluentClient:
             raise DeliveryError(f"{remaining} records not delivered within {POLL_DEADLINE_S}s")
         return _offsets_or_raise([results[i] for i in range(len(records))])
 
-    def consume(self, topic: str, count: int, offset: int = 0, partition: int = 0) -> list[Received]:
+    def consume(
+        self, topic: str, count: int, offset: int = 0, partition: int = 0, deadline_s: float = POLL_DEADLINE_S
+    ) -> list[Received]:
         from confluent_kafka import TopicPartition
 
         consumer = self._consumer()
         try:
             consumer.assign([TopicPartition(topic, partition, offset)])
             out: list[Received] = []
-            deadline = time.monotonic() + POLL_DEADLINE_S
+            deadline = time.monotonic() + deadline_s
             while len(out) < count and time.monotonic() < deadline:
                 msg = consumer.poll(0.5)
                 if msg is None:
@@ -208,7 +210,9 @@ class KafkaPythonClient:
         finally:
             producer.close(timeout=5)
 
-    def consume(self, topic: str, count: int, offset: int = 0, partition: int = 0) -> list[Received]:
+    def consume(
+        self, topic: str, count: int, offset: int = 0, partition: int = 0, deadline_s: float = POLL_DEADLINE_S
+    ) -> list[Received]:
         from kafka import TopicPartition
 
         consumer = self._consumer()
@@ -217,7 +221,7 @@ class KafkaPythonClient:
             consumer.assign([tp])
             consumer.seek(tp, offset)
             out: list[Received] = []
-            deadline = time.monotonic() + POLL_DEADLINE_S
+            deadline = time.monotonic() + deadline_s
             while len(out) < count and time.monotonic() < deadline:
                 for batch in consumer.poll(timeout_ms=500).values():
                     out.extend(
@@ -297,10 +301,12 @@ class AIOKafkaClient:
         finally:
             await producer.stop()
 
-    def consume(self, topic: str, count: int, offset: int = 0, partition: int = 0) -> list[Received]:
-        return asyncio.run(self._consume(topic, count, offset, partition))
+    def consume(
+        self, topic: str, count: int, offset: int = 0, partition: int = 0, deadline_s: float = POLL_DEADLINE_S
+    ) -> list[Received]:
+        return asyncio.run(self._consume(topic, count, offset, partition, deadline_s))
 
-    async def _consume(self, topic, count, offset, partition):
+    async def _consume(self, topic, count, offset, partition, deadline_s):
         from aiokafka import TopicPartition
 
         consumer = self._consumer()
@@ -310,7 +316,7 @@ class AIOKafkaClient:
             consumer.assign([tp])
             consumer.seek(tp, offset)
             out: list[Received] = []
-            deadline = time.monotonic() + POLL_DEADLINE_S
+            deadline = time.monotonic() + deadline_s
             while len(out) < count and time.monotonic() < deadline:
                 for batch in (await consumer.getmany(timeout_ms=500)).values():
                     out.extend(
