@@ -14,7 +14,7 @@ from onceflow.protocol.errors import ErrorCode
 from .fake_log import fake_log_opener
 from .raw_client import RawClient, build_batch, running_broker
 
-LOG_OPENERS = {"fake-log": fake_log_opener}
+LOG_OPENERS = {"real-log": None, "fake-log": fake_log_opener}  # None: the broker's default, onceflow.log
 
 
 def run(coro):

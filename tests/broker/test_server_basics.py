@@ -10,7 +10,6 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from onceflow.broker.handlers import HANDLERS
 from onceflow.protocol.errors import ErrorCode
 
-from .fake_log import fake_log_opener
 from .raw_client import RawClient, running_broker
 
 
@@ -27,7 +26,7 @@ def metadata_request(*names: str, auto_create: bool = True) -> MetadataRequest:
 
 def test_api_versions_advertises_exactly_the_handlers(tmp_path):
     async def scenario():
-        async with running_broker(tmp_path, log_opener=fake_log_opener) as broker:
+        async with running_broker(tmp_path) as broker:
             client = await RawClient.connect(broker.port)
             for version in (0, 3, 4):
                 response = await client.request(ApiVersionsRequest(), version)
@@ -41,7 +40,7 @@ def test_api_versions_advertises_exactly_the_handlers(tmp_path):
 
 def test_api_versions_above_max_gets_v0_body_with_unsupported_version(tmp_path):
     async def scenario():
-        async with running_broker(tmp_path, log_opener=fake_log_opener) as broker:
+        async with running_broker(tmp_path) as broker:
             client = await RawClient.connect(broker.port)
             body = struct.pack(">hhih", 18, 99, 1234, -1) + b"\x00\x00"
             await client.send_raw(struct.pack(">i", len(body)) + body)
@@ -59,7 +58,7 @@ def test_api_versions_above_max_gets_v0_body_with_unsupported_version(tmp_path):
 
 def test_metadata_lists_broker_and_auto_creates(tmp_path):
     async def scenario():
-        async with running_broker(tmp_path, log_opener=fake_log_opener, num_partitions=3) as broker:
+        async with running_broker(tmp_path, num_partitions=3) as broker:
             client = await RawClient.connect(broker.port)
             response = await client.request(metadata_request("auto-1"), 12)
             assert [(b.node_id, b.host, b.port) for b in response.brokers] == [(0, "127.0.0.1", broker.port)]
@@ -92,7 +91,7 @@ def test_metadata_lists_broker_and_auto_creates(tmp_path):
 
 def test_metadata_auto_create_disabled_by_broker_config(tmp_path):
     async def scenario():
-        async with running_broker(tmp_path, log_opener=fake_log_opener, auto_create_topics_enable=False) as b:
+        async with running_broker(tmp_path, auto_create_topics_enable=False) as b:
             client = await RawClient.connect(b.port)
             response = await client.request(metadata_request("nope"), 5)
             assert response.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -103,7 +102,7 @@ def test_metadata_auto_create_disabled_by_broker_config(tmp_path):
 
 def test_metadata_invalid_topic_names(tmp_path):
     async def scenario():
-        async with running_broker(tmp_path, log_opener=fake_log_opener) as broker:
+        async with running_broker(tmp_path) as broker:
             client = await RawClient.connect(broker.port)
             names = ["bad name", "..", ".", "x" * 250, "ü"]
             response = await client.request(metadata_request(*names), 9)
@@ -116,7 +115,7 @@ def test_metadata_invalid_topic_names(tmp_path):
 
 def test_pipelined_requests_are_answered_in_order(tmp_path):
     async def scenario():
-        async with running_broker(tmp_path, log_opener=fake_log_opener) as broker:
+        async with running_broker(tmp_path) as broker:
             client = await RawClient.connect(broker.port)
             sent = []
             for i in range(30):
@@ -133,7 +132,7 @@ def test_pipelined_requests_are_answered_in_order(tmp_path):
 
 def test_bad_frames_close_only_their_connection(tmp_path):
     async def scenario():
-        async with running_broker(tmp_path, log_opener=fake_log_opener, socket_request_max_bytes=1000) as b:
+        async with running_broker(tmp_path, socket_request_max_bytes=1000) as b:
             good = await RawClient.connect(b.port)
             bad_inputs = [
                 struct.pack(">i", 1001),  # oversized
@@ -160,13 +159,13 @@ def test_bad_frames_close_only_their_connection(tmp_path):
 
 def test_topics_and_cluster_id_survive_restart(tmp_path):
     async def scenario():
-        async with running_broker(tmp_path, log_opener=fake_log_opener, num_partitions=2) as broker:
+        async with running_broker(tmp_path, num_partitions=2) as broker:
             client = await RawClient.connect(broker.port)
             await client.request(metadata_request("kept"), 12)
             await client.close()
             topic_id = broker.topics.get("kept").topic_id
             cluster_id = broker.topics.cluster_id
-        async with running_broker(tmp_path, log_opener=fake_log_opener) as broker:
+        async with running_broker(tmp_path) as broker:
             client = await RawClient.connect(broker.port)
             response = await client.request(metadata_request("kept", auto_create=False), 12)
             (topic,) = response.topics

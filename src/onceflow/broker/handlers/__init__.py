@@ -7,6 +7,11 @@ ApiVersions advertises exactly this list. To add an API, write its module and ap
 
 from onceflow.broker.handlers import (
     api_versions,
+    create_partitions,
+    create_topics,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
     fetch,
     list_offsets,
     metadata,
@@ -19,4 +24,9 @@ HANDLERS = [
     list_offsets,
     metadata,
     api_versions,
+    create_topics,
+    delete_topics,
+    describe_configs,
+    create_partitions,
+    describe_cluster,
 ]

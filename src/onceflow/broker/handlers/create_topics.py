@@ -1,0 +1,103 @@
+"""CreateTopics (19): new topics with a partition count and config overrides, or a dry run.
+
+One broker: the replication factor must be -1 (the default) or 1, and manual assignments may only
+name this broker.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+
+from onceflow.broker.context import RequestContext
+from onceflow.broker.topic_configs import describe_topic_configs
+from onceflow.protocol.errors import (
+    ErrorCode,
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    InvalidRequest,
+    KafkaError,
+    error_code_for,
+)
+
+API_KEY = 19
+MIN_VERSION = 2
+MAX_VERSION = 7
+REQUEST = CreateTopicsRequest
+
+_Result = CreateTopicsResponse.CreatableTopicResult
+_Config = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
+
+
+def _partition_count(ctx: RequestContext, topic) -> int:
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise InvalidRequest("both manual assignments and numPartitions/replicationFactor were given")
+        for assignment in topic.assignments:
+            if list(assignment.broker_ids) != [ctx.config.node_id]:
+                raise KafkaError(
+                    f"partition {assignment.partition_index} is assigned to brokers {list(assignment.broker_ids)}; "
+                    f"the only broker is {ctx.config.node_id}",
+                    ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
+                )
+        return len(topic.assignments)
+    if topic.replication_factor not in (-1, 1):
+        raise InvalidReplicationFactor(
+            f"Unable to replicate the partition {topic.replication_factor} time(s): the target replication "
+            "factor cannot be reached because only 1 broker is registered."
+        )
+    if topic.num_partitions == -1:
+        return ctx.config.num_partitions
+    if topic.num_partitions < 1:
+        raise InvalidPartitions(
+            f"Number of partitions was set to an invalid non-positive value {topic.num_partitions}."
+        )
+    return topic.num_partitions
+
+
+def _create(ctx: RequestContext, topic, validate_only: bool) -> _Result:
+    configs = {c.name: c.value for c in topic.configs}
+    count = _partition_count(ctx, topic)
+    created = ctx.topics.create_topic(topic.name, count, configs, validate_only=validate_only)
+    return _Result(
+        name=topic.name,
+        topic_id=created.topic_id if not validate_only else None,
+        error_code=0,
+        error_message=None,
+        topic_config_error_code=0,
+        num_partitions=count,
+        replication_factor=1,
+        configs=[
+            _Config(
+                name=c.name, value=c.value, read_only=c.read_only, config_source=c.source, is_sensitive=False
+            )
+            for c in describe_topic_configs(created.configs)
+        ],
+    )
+
+
+def _failed(name: str, code: ErrorCode, message: str | None) -> _Result:
+    return _Result(
+        name=name,
+        topic_id=None,
+        error_code=int(code),
+        error_message=message,
+        num_partitions=-1,
+        replication_factor=-1,
+        configs=[],
+    )
+
+
+async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    names = [t.name for t in request.topics]
+    results = []
+    for topic in request.topics:
+        if names.count(topic.name) > 1:
+            results.append(
+                _failed(topic.name, ErrorCode.INVALID_REQUEST, "the request names this topic more than once")
+            )
+            continue
+        try:
+            results.append(_create(ctx, topic, request.validate_only))
+        except KafkaError as exc:
+            results.append(_failed(topic.name, error_code_for(exc), str(exc)))
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results)

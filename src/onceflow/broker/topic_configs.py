@@ -1,0 +1,91 @@
+"""How topic and broker configs are described to clients (CreateTopics v5+, DescribeConfigs)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from onceflow.broker.config import BrokerConfig
+
+# Kafka's DescribeConfigsResponse.ConfigSource.
+SOURCE_TOPIC_CONFIG = 1
+SOURCE_STATIC_BROKER_CONFIG = 4
+SOURCE_DEFAULT_CONFIG = 5
+
+# Kafka's ConfigDef types as DescribeConfigs v3+ reports them.
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_SHORT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 4, 5, 7
+TOPIC_CONFIG_TYPES = {
+    "segment.bytes": TYPE_INT,
+    "segment.ms": TYPE_LONG,
+    "retention.ms": TYPE_LONG,
+    "retention.bytes": TYPE_LONG,
+    "index.interval.bytes": TYPE_INT,
+    "segment.index.bytes": TYPE_INT,
+    "message.timestamp.type": TYPE_STRING,
+    "max.message.bytes": TYPE_INT,
+    "cleanup.policy": TYPE_LIST,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConfig:
+    name: str
+    value: str | None
+    source: int
+    config_type: int
+    read_only: bool = False
+    # (source, value) pairs, most specific first: Kafka's "synonyms".
+    synonyms: tuple[tuple[int, str], ...] = ()
+
+
+def topic_defaults() -> dict[str, str]:
+    from onceflow.log.config import TOPIC_CONFIG_DEFAULTS
+
+    return dict(TOPIC_CONFIG_DEFAULTS)
+
+
+def describe_topic_configs(overrides: Mapping[str, str]) -> list[DescribedConfig]:
+    described = []
+    for name, default in topic_defaults().items():
+        config_type = TOPIC_CONFIG_TYPES.get(name, TYPE_STRING)
+        default_synonym = (SOURCE_DEFAULT_CONFIG, default)
+        if name in overrides:
+            value = str(overrides[name])
+            synonyms = ((SOURCE_TOPIC_CONFIG, value), default_synonym)
+            described.append(
+                DescribedConfig(name, value, SOURCE_TOPIC_CONFIG, config_type, synonyms=synonyms)
+            )
+        else:
+            described.append(
+                DescribedConfig(
+                    name, default, SOURCE_DEFAULT_CONFIG, config_type, synonyms=(default_synonym,)
+                )
+            )
+    return described
+
+
+def describe_broker_configs(config: BrokerConfig) -> list[DescribedConfig]:
+    def static(name: str, value: object, config_type: int) -> DescribedConfig:
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        return DescribedConfig(
+            name,
+            text,
+            SOURCE_STATIC_BROKER_CONFIG,
+            config_type,
+            read_only=True,
+            synonyms=((SOURCE_STATIC_BROKER_CONFIG, text),),
+        )
+
+    return [
+        static("node.id", config.node_id, TYPE_INT),
+        static("broker.id", config.node_id, TYPE_INT),
+        static("listeners", f"PLAINTEXT://{config.host}:{config.port}", TYPE_STRING),
+        static("log.dirs", config.data_dir, TYPE_STRING),
+        static("num.partitions", config.num_partitions, TYPE_INT),
+        static("default.replication.factor", config.default_replication_factor, TYPE_SHORT),
+        static("auto.create.topics.enable", config.auto_create_topics_enable, TYPE_BOOLEAN),
+        static("socket.request.max.bytes", config.socket_request_max_bytes, TYPE_INT),
+        static("message.max.bytes", config.message_max_bytes, TYPE_INT),
+        static("log.retention.check.interval.ms", config.log_retention_check_interval_ms, TYPE_LONG),
+        static("group.initial.rebalance.delay.ms", config.group_initial_rebalance_delay_ms, TYPE_INT),
+    ]
