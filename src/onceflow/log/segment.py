@@ -174,8 +174,10 @@ class LogSegment:
 
     def write_indexes(self, *, fsync: bool = False) -> None:
         self.seal_indexes()
-        self.offset_index.write(self.index_path, fsync=fsync)
+        # Time index first: the offset index is the one checked on open, so a crash between the two
+        # writes leaves a stale offset index, which is caught and both are rebuilt.
         self.time_index.write(self.time_index_path, fsync=fsync)
+        self.offset_index.write(self.index_path, fsync=fsync)
 
     def flush(self) -> None:
         os.fsync(self._fd)
