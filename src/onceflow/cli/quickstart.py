@@ -157,7 +157,8 @@ def quickstart(data_dir, small):
             SimpleClient(bootstrap) as client,
         ):
             run = QuickstartRun(client, events)
-            run.report.append(("broker", f"onceflow on {bootstrap}, data in {base / 'data'}"))
+            where = "a temporary directory, removed after" if temporary else base / "data"
+            run.report.append(("broker", f"onceflow on {bootstrap}, data in {where}"))
             for label, step in STEPS:
                 status.update(label)
                 step(run)

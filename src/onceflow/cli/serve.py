@@ -48,7 +48,8 @@ def _convert(raw: str, kind: type, name: str):
     try:
         return kind(raw)
     except ValueError:
-        raise click.BadParameter(f"{name} must be a {kind.__name__}, not {raw!r}", param_hint="--config")
+        kind_name = {int: "an integer", float: "a number"}.get(kind, kind.__name__)
+        raise click.BadParameter(f"{name} must be {kind_name}, not {raw!r}", param_hint="--config")
 
 
 @click.command()

@@ -1,0 +1,161 @@
+"""CLI argument handling, error messages and dump-log, through click's CliRunner (no broker)."""
+
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from onceflow.cli.main import cli
+from onceflow.cli.produce import lines_to_records
+from onceflow.cli.serve import broker_config
+from onceflow.protocol.record_codec import encode_batch
+from onceflow.protocol.records import build_control_batch
+
+TS = 1_700_000_000_000
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_help_lists_every_command(runner):
+    result = runner.invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for command in ("serve", "topics", "produce", "consume", "dump-log", "quickstart"):
+        assert command in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topics", "list"],
+        ["topics", "create", "t"],
+        ["consume", "--topic", "t", "--timeout", "1"],
+    ],
+)
+def test_no_broker_gives_one_line_hint(runner, args):
+    result = runner.invoke(cli, [*args, "--bootstrap-server", f"127.0.0.1:{unused_port()}"])
+    assert result.exit_code == 1
+    assert "is `onceflow serve` running?" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_produce_without_broker(runner):
+    port = unused_port()
+    result = runner.invoke(
+        cli, ["produce", "--topic", "t", "--bootstrap-server", f"127.0.0.1:{port}"], input="x\n"
+    )
+    assert result.exit_code == 1
+    assert f"cannot connect to 127.0.0.1:{port}" in result.output
+
+
+def test_bad_bootstrap_address(runner):
+    result = runner.invoke(cli, ["topics", "list", "--bootstrap-server", "localhost"])
+    assert result.exit_code == 1
+    assert "expected HOST:PORT" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["produce"], "Missing option '--topic'"),
+        (["produce", "--topic", "t", "--compression", "brotli"], "'brotli' is not one of"),
+        (["consume", "--topic", "t", "--isolation-level", "dirty"], "'dirty' is not one of"),
+        (["topics", "create", "t", "--partitions", "0"], "--partitions"),
+        (["topics", "create", "t", "--config", "noequals"], "is not KEY=VALUE"),
+        (["serve", "--config", "no.such.setting=1"], "unknown broker config 'no.such.setting'"),
+        (["serve", "--config", "num.partitions=many"], "num.partitions must be an integer"),
+        (["serve", "--fault", "drop-request-before-append=often"], "fault probabilities must be numbers"),
+        (["serve", "--port", "70000"], "--port"),
+    ],
+)
+def test_usage_errors_exit_2_with_a_message(runner, args, message):
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_broker_config_uses_kafka_names(tmp_path):
+    config = broker_config(
+        "127.0.0.1",
+        0,
+        tmp_path,
+        {"drop-response-after-append": "0.5"},
+        {"num.partitions": "4", "auto.create.topics.enable": "false"},
+    )
+    assert config.num_partitions == 4
+    assert config.auto_create_topics_enable is False
+    assert config.faults == {"drop-response-after-append": 0.5}
+    assert config.data_dir == tmp_path
+
+
+def test_lines_to_records_splits_on_the_first_separator():
+    lines = ["k1:v1\n", "k2:v:2\n", "k3:\n"]
+    assert list(lines_to_records(lines, ":")) == [(b"k1", b"v1"), (b"k2", b"v:2"), (b"k3", b"")]
+    assert list(lines_to_records(["plain\r\n"], None)) == [(None, b"plain")]
+
+
+def test_produce_rejects_a_line_without_the_separator():
+    with pytest.raises(Exception, match="line 2 has no key separator"):
+        list(lines_to_records(["a\tb\n", "no separator\n"], "\t"))
+
+
+@pytest.fixture
+def partition_dir(tmp_path):
+    directory = tmp_path / "orders-0"
+    directory.mkdir()
+    first = encode_batch([(b"k", b"v"), (None, b"second")], timestamp_ms=TS)
+    second = encode_batch(
+        [(b"tx", b"in a transaction")],
+        base_offset=2,
+        compression=3,
+        producer_id=7,
+        producer_epoch=1,
+        base_sequence=0,
+        transactional=True,
+        timestamp_ms=TS,
+    )
+    marker = build_control_batch(7, 1, commit=False, coordinator_epoch=4, timestamp_ms=TS, base_offset=3)
+    (directory / f"{0:020d}.log").write_bytes(first + second)
+    (directory / f"{3:020d}.log").write_bytes(marker + b"\x00\x01torn")
+    (directory / f"{0:020d}.index").write_bytes(b"")
+    return directory
+
+
+def test_dump_log_prints_batches(runner, partition_dir):
+    result = runner.invoke(cli, ["dump-log", str(partition_dir / f"{0:020d}.log")])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("baseOffset")]
+    assert len(lines) == 2
+    assert "baseOffset: 0 lastOffset: 1 count: 2" in lines[0]
+    assert "compresscodec: none" in lines[0]
+    assert "producerId: 7 producerEpoch: 1" in lines[1]
+    assert "isTransactional: true isControl: false" in lines[1]
+    assert "compresscodec: lz4" in lines[1]
+    assert "| offset:" not in result.output
+
+
+def test_dump_log_records_and_partition_directory(runner, partition_dir):
+    result = runner.invoke(cli, ["dump-log", str(partition_dir), "--records"])
+    assert result.exit_code == 0, result.output
+    assert "| offset: 1 timestamp: 1700000000000 keySize: -1 valueSize: 6" in result.output
+    assert "key: tx payload: in a transaction" in result.output
+    assert "| offset: 3 endTxnMarker: ABORT coordinatorEpoch: 4" in result.output
+    assert "the last 6 byte(s)" in result.output  # the torn tail of the second segment
+    assert result.output.index(f"{0:020d}.log") < result.output.index(f"{3:020d}.log")
+
+
+def test_dump_log_missing_path(runner, tmp_path):
+    result = runner.invoke(cli, ["dump-log", str(tmp_path / "nope.log")])
+    assert result.exit_code == 1
+    assert "does not exist" in result.output
+    result = runner.invoke(cli, ["dump-log", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "no .log segment files" in result.output

@@ -1,0 +1,75 @@
+"""The CLI end to end: `onceflow serve` in a subprocess, then topics/produce/consume subprocesses,
+and the quickstart (which starts its own broker)."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def onceflow(*args, input_text=None, timeout=60):
+    return subprocess.run(
+        [sys.executable, "-m", "onceflow", *args],
+        input=input_text,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_serve_produce_consume_round_trip(broker, make_topic):
+    topic = make_topic("cli")
+    bootstrap = ["--bootstrap-server", broker.bootstrap]
+    created = onceflow("topics", "create", topic, "--partitions", "2", *bootstrap)
+    assert created.returncode == 0, created.stderr
+    listed = onceflow("topics", "list", *bootstrap)
+    assert topic in listed.stdout.split()
+    described = onceflow("topics", "describe", topic, *bootstrap)
+    assert described.returncode == 0 and "partition" in described.stdout
+
+    lines = "".join(f"user-{i % 5}|event {i}\n" for i in range(200))
+    produced = onceflow(
+        "produce",
+        "--topic",
+        topic,
+        "--key-separator",
+        "|",
+        "--compression",
+        "snappy",
+        *bootstrap,
+        input_text=lines,
+    )
+    assert produced.returncode == 0, produced.stderr
+    assert "produced 200 record(s)" in produced.stderr
+
+    consumed = onceflow(
+        "consume",
+        "--topic",
+        topic,
+        "--from-beginning",
+        "--print-key",
+        "--key-separator",
+        "|",
+        "--max-messages",
+        "200",
+        "--timeout",
+        "10",
+        *bootstrap,
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    assert sorted(consumed.stdout.splitlines()) == sorted(lines.splitlines())
+
+    deleted = onceflow("topics", "delete", topic, *bootstrap)
+    assert deleted.returncode == 0, deleted.stderr
+    again = onceflow("topics", "describe", topic, *bootstrap)
+    assert again.returncode == 1
+    assert again.stderr.strip().startswith("Error: topic") and "Traceback" not in again.stderr
+
+
+@pytest.mark.parametrize("flags", [["--small"]])
+def test_quickstart_passes(tmp_path, flags):
+    result = onceflow("quickstart", "--data-dir", str(tmp_path / "qs"), *flags, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "quickstart passed" in result.stdout
+    assert "1,000 events" in result.stdout
+    assert (tmp_path / "qs" / "data").is_dir()  # an explicit data dir is kept
