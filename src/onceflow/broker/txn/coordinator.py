@@ -1,0 +1,452 @@
+"""The transaction coordinator: Kafka's InitProducerId / AddPartitionsToTxn / AddOffsetsToTxn / EndTxn
+rules, timeouts, expiry and recovery, on top of :class:`TransactionStateManager`.
+
+No sockets and no event loop of its own: the async methods only await the two injected writers (the
+``__transaction_state`` log writer and the marker writer), so tests drive them with in-memory fakes.
+Each request method either returns its result or raises a :class:`KafkaError` whose code is the
+answer (handlers map PRODUCER_FENCED for old API versions with :func:`errors.wire_code`).
+
+Concurrency: everything from reading a transactional id's state to its ``prepare_*`` call is
+synchronous, so on one event loop no other request can slip in between; while the append is
+awaited the transition is pending and other requests for that id get CONCURRENT_TRANSACTIONS.
+
+Ending a transaction is done inline: EndTxn appends PrepareCommit/PrepareAbort, then writes the
+markers and appends CompleteCommit/CompleteAbort before it returns (the client then never meets a
+CONCURRENT_TRANSACTIONS on its next transaction). If the markers or the Complete append fail, the
+answer is still success (the decision is durable) and :meth:`retry_incomplete_transactions` finishes
+the job later; the same method completes transactions found in Prepare* after a reload.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from onceflow.broker.txn.config import CONSUMER_OFFSETS_TOPIC, TransactionConfig, partition_for_key
+from onceflow.broker.txn.end_txn import decide_end_txn
+from onceflow.broker.txn.errors import IllegalTxnTransition, TransactionAbortable, TransactionalIdNotFound
+from onceflow.broker.txn.log_format import NO_PRODUCER_ID, TopicPartition
+from onceflow.broker.txn.markers import MarkerWriter, TxnMarker
+from onceflow.broker.txn.metadata import (
+    COMPLETE_STATES,
+    PREPARE_STATES,
+    TV_0,
+    ProducerIdAndEpoch,
+    TransactionMetadata,
+    TransactionState,
+    TxnTransition,
+    is_epoch_exhausted,
+)
+from onceflow.broker.txn.state_manager import (
+    ListTransactionsResult,
+    TransactionLogWriter,
+    TransactionStateManager,
+)
+from onceflow.protocol.errors import (
+    ConcurrentTransactions,
+    ErrorCode,
+    InvalidProducerIdMapping,
+    InvalidRequest,
+    KafkaError,
+    ProducerFenced,
+    error_code_for,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ProducerIdSource(Protocol):
+    def generate_producer_id(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """One entry of a DescribeTransactions response."""
+
+    transactional_id: str
+    error_code: ErrorCode
+    state: str = ""
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = -1
+    transaction_timeout_ms: int = 0
+    transaction_start_time_ms: int = -1
+    topics: dict[str, list[int]] | None = None
+
+
+def _system_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        *,
+        log_writer: TransactionLogWriter,
+        marker_writer: MarkerWriter,
+        producer_ids: ProducerIdSource,
+        config: TransactionConfig | None = None,
+        clock_ms: Callable[[], int] = _system_clock_ms,
+    ) -> None:
+        self.config = config or TransactionConfig()
+        self._markers = marker_writer
+        self._producer_ids = producer_ids
+        self._clock_ms = clock_ms
+        self.state = TransactionStateManager(self.config, log_writer, clock_ms)
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def begin_loading(self, coordinator_epoch: int) -> None:
+        """From now until :meth:`load_from_records`, requests get COORDINATOR_LOAD_IN_PROGRESS."""
+        self.state.begin_loading(coordinator_epoch)
+
+    def load_from_records(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Replay ``__transaction_state`` (key, value) records in log order and start serving. Then
+        await :meth:`retry_incomplete_transactions` to finish transactions caught in Prepare*."""
+        self.state.load_from_records(records)
+
+    def shutdown(self) -> None:
+        self.state.unload()
+
+    # -- InitProducerId ------------------------------------------------------------------------------
+
+    async def init_producer_id(
+        self, transactional_id: str | None, txn_timeout_ms: int, expected: ProducerIdAndEpoch | None = None
+    ) -> ProducerIdAndEpoch:
+        """InitProducerId. ``transactional_id`` None: an idempotent producer, a fresh id at epoch 0.
+        ``expected`` (KIP-360, v3+) is the producer's current id and epoch, or None for (-1, -1)."""
+        if transactional_id is None:
+            return ProducerIdAndEpoch(self._producer_ids.generate_producer_id(), 0)
+        if not transactional_id:
+            raise InvalidRequest("an empty transactional.id is not allowed")
+        self.state.validate_transaction_timeout(txn_timeout_ms)
+        metadata = self.state.get(transactional_id)
+        if metadata is None:
+            metadata = self.state.put_if_absent(
+                TransactionMetadata(
+                    transactional_id,
+                    producer_id=self._producer_ids.generate_producer_id(),
+                    txn_timeout_ms=txn_timeout_ms,
+                    txn_last_update_timestamp=self._clock_ms(),
+                )
+            )
+        transition = self._prepare_init(metadata, txn_timeout_ms, expected)
+        if transition.epoch_fence:
+            # A transaction is open: abort it under a bumped epoch (fencing the old producer), then
+            # let the client retry; the retry bumps the epoch again (or rotates the producer id).
+            await self._end_and_complete(metadata, transition)
+            raise ConcurrentTransactions(
+                f"transactional id {transactional_id!r} had an open transaction; it was aborted, retry"
+            )
+        await self.state.append_transition(metadata, transition)
+        log.info(
+            "initialized transactional id %r: producer id %d epoch %d",
+            transactional_id,
+            transition.producer_id,
+            transition.producer_epoch,
+        )
+        return ProducerIdAndEpoch(transition.producer_id, transition.producer_epoch)
+
+    def _prepare_init(
+        self, metadata: TransactionMetadata, txn_timeout_ms: int, expected: ProducerIdAndEpoch | None
+    ) -> TxnTransition:
+        if metadata.pending_transition_in_progress:
+            raise ConcurrentTransactions(f"transactional id {metadata.transactional_id!r} is changing state")
+        if expected is not None and not self._is_valid_expected_producer(metadata, expected):
+            raise ProducerFenced(
+                f"transactional id {metadata.transactional_id!r}: producer id {expected.producer_id} "
+                f"is not the current {metadata.producer_id}"
+            )
+        state = metadata.state
+        now = self._clock_ms()
+        if state in PREPARE_STATES:
+            raise ConcurrentTransactions(
+                f"transactional id {metadata.transactional_id!r} is completing a transaction"
+            )
+        if state is TransactionState.ONGOING:
+            return metadata.prepare_fence_producer_epoch(now)
+        if state is TransactionState.EMPTY or state in COMPLETE_STATES:
+            if metadata.is_producer_epoch_exhausted and (
+                expected is None or expected.producer_epoch == metadata.producer_epoch
+            ):
+                new_id = self._producer_ids.generate_producer_id()
+                return metadata.prepare_producer_id_rotation(
+                    new_id, txn_timeout_ms, now, expected is not None
+                )
+            return metadata.prepare_incr_producer_epoch(
+                txn_timeout_ms, expected.producer_epoch if expected else None, now
+            )
+        raise IllegalTxnTransition(
+            metadata.transactional_id, state, TransactionState.EMPTY, "found in a transient state"
+        )
+
+    @staticmethod
+    def _is_valid_expected_producer(metadata: TransactionMetadata, expected: ProducerIdAndEpoch) -> bool:
+        # Accept: a just-created id (epoch -1: the producer recovers from UNKNOWN_PRODUCER_ID), the
+        # current producer id (the epoch is checked when bumping), or the previous id with an
+        # exhausted epoch (a retry of a rotation whose answer was lost).
+        return (
+            metadata.producer_epoch == -1
+            or expected.producer_id == metadata.producer_id
+            or (
+                expected.producer_id == metadata.previous_producer_id
+                and is_epoch_exhausted(expected.producer_epoch)
+            )
+        )
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn --------------------------------------------------------
+
+    async def add_partitions_to_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+        transaction_version: int = TV_0,
+    ) -> None:
+        """AddPartitionsToTxn (client form, v0-v3; or the broker's implicit add for TV_2 produce)."""
+        wanted = frozenset(partitions)
+        metadata = self._checked_for_add(transactional_id, producer_id, producer_epoch)
+        if metadata.state is TransactionState.ONGOING and wanted <= metadata.topic_partitions:
+            return  # already in the transaction: nothing to write
+        transition = metadata.prepare_add_partitions(wanted, self._clock_ms(), transaction_version)
+        await self.state.append_transition(metadata, transition)
+
+    async def add_offsets_to_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        transaction_version: int = TV_0,
+    ) -> None:
+        """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
+        partition = partition_for_key(group_id, self.config.offsets_topic_num_partitions)
+        await self.add_partitions_to_txn(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            [(CONSUMER_OFFSETS_TOPIC, partition)],
+            transaction_version,
+        )
+
+    def _checked_for_add(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> TransactionMetadata:
+        if not transactional_id:
+            raise InvalidRequest("an empty transactional.id is not allowed")
+        metadata = self.state.get(transactional_id)
+        if metadata is None or metadata.producer_id != producer_id:
+            raise InvalidProducerIdMapping(
+                f"producer id {producer_id} is not the one of transactional id {transactional_id!r}"
+            )
+        if metadata.producer_epoch != producer_epoch:
+            raise ProducerFenced(
+                f"transactional id {transactional_id!r}: epoch {producer_epoch} is not the current {metadata.producer_epoch}"
+            )
+        if metadata.pending_transition_in_progress or metadata.state in PREPARE_STATES:
+            raise ConcurrentTransactions(f"transactional id {transactional_id!r} is changing state")
+        return metadata
+
+    def verify_partitions_in_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn v4+ with ``verify_only`` (KIP-890 part 1): is each partition already in
+        the transaction? NONE if so, TRANSACTION_ABORTABLE if not; a whole-transaction error (unknown
+        id, fenced epoch, Prepare*) is given for every partition."""
+        wanted = list(partitions)
+        try:
+            if not transactional_id:
+                raise InvalidRequest("an empty transactional.id is not allowed")
+            metadata = self.state.get(transactional_id)
+            if metadata is None or metadata.producer_id != producer_id:
+                raise InvalidProducerIdMapping(f"producer id {producer_id} does not own {transactional_id!r}")
+            if metadata.producer_epoch != producer_epoch:
+                raise ProducerFenced(f"epoch {producer_epoch} is not the current {metadata.producer_epoch}")
+            if metadata.state in PREPARE_STATES:
+                raise ConcurrentTransactions(
+                    f"transactional id {transactional_id!r} is completing a transaction"
+                )
+        except KafkaError as exc:
+            return dict.fromkeys(wanted, error_code_for(exc))
+        return {
+            tp: ErrorCode.NONE if tp in metadata.topic_partitions else TransactionAbortable.code
+            for tp in wanted
+        }
+
+    # -- EndTxn --------------------------------------------------------------------------------------
+
+    async def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        transaction_version: int = TV_0,
+    ) -> ProducerIdAndEpoch:
+        """EndTxn. Returns the producer id and epoch for the producer's next transaction (EndTxn v5
+        puts them in the response; with TV_2 the epoch is one higher, or a new id at epoch 0)."""
+        if not transactional_id:
+            raise InvalidRequest("an empty transactional.id is not allowed")
+        metadata = self.state.get(transactional_id)
+        if metadata is None:
+            raise InvalidProducerIdMapping(f"transactional id {transactional_id!r} is unknown")
+        decision = decide_end_txn(
+            metadata,
+            producer_id,
+            producer_epoch,
+            commit,
+            transaction_version,
+            self._producer_ids,
+            self._clock_ms(),
+        )
+        if isinstance(decision, ProducerIdAndEpoch):
+            return decision  # a retry of an EndTxn that already completed
+        await self.state.append_transition(metadata, decision)
+        answer = _next_producer(metadata)
+        await self._complete(metadata)
+        return answer
+
+    # -- completion (markers, then Complete*) --------------------------------------------------------
+
+    async def _end_and_complete(self, metadata: TransactionMetadata, transition: TxnTransition) -> None:
+        await self.state.append_transition(metadata, transition)
+        await self._complete(metadata)
+
+    async def _complete(self, metadata: TransactionMetadata) -> bool:
+        """Write the markers of a Prepare* transaction and append its Complete* state. Failures are
+        logged and left to :meth:`retry_incomplete_transactions`; returns whether it completed."""
+        if metadata.state not in PREPARE_STATES or metadata.pending_transition_in_progress:
+            return False
+        marker = TxnMarker(
+            transactional_id=metadata.transactional_id,
+            producer_id=metadata.producer_id,
+            producer_epoch=metadata.producer_epoch,
+            coordinator_epoch=self.state.coordinator_epoch,
+            commit=metadata.state is TransactionState.PREPARE_COMMIT,
+            partitions=metadata.topic_partitions,
+            transaction_version=metadata.client_transaction_version,
+        )
+        # Pending while the markers are written, as in Kafka: other requests get CONCURRENT_TRANSACTIONS.
+        transition = metadata.prepare_complete(self._clock_ms())
+        if marker.partitions:
+            try:
+                await self._markers.write_markers(marker)
+            except Exception as exc:
+                metadata.abort_transition(transition)
+                log.warning(
+                    "transactional id %r: markers not written yet (%s); will retry",
+                    marker.transactional_id,
+                    exc,
+                )
+                return False
+        try:
+            await self.state.append_transition(metadata, transition)
+        except KafkaError as exc:
+            log.warning(
+                "transactional id %r: %s not appended (%s); will retry",
+                marker.transactional_id,
+                transition.state.kafka_name,
+                exc,
+            )
+            return False
+        log.debug("transactional id %r completed as %s", marker.transactional_id, transition.state.kafka_name)
+        return True
+
+    async def retry_incomplete_transactions(self) -> list[str]:
+        """Finish every transaction left in PrepareCommit/PrepareAbort (after a reload, or after a failed
+        marker write); returns the ids completed now. Call after loading and on the abort timer."""
+        done = []
+        for metadata in self.state.all_metadata():
+            if await self._complete(metadata):
+                done.append(metadata.transactional_id)
+        return done
+
+    # -- timers --------------------------------------------------------------------------------------
+
+    async def abort_timed_out_transactions(self) -> list[str]:
+        """Abort transactions open longer than their timeout, bumping the epoch so that the late
+        producer is fenced; returns the ids aborted."""
+        aborted = []
+        for expired in self.state.timed_out_transactions(self._clock_ms()):
+            metadata = self.state.get(expired.transactional_id)
+            if metadata is None or metadata.producer_id != expired.producer_id:
+                continue
+            if metadata.pending_transition_in_progress or metadata.state is not TransactionState.ONGOING:
+                continue
+            transition = metadata.prepare_fence_producer_epoch(self._clock_ms())
+            try:
+                await self._end_and_complete(metadata, transition)
+            except KafkaError as exc:
+                log.warning("transactional id %r: timeout abort failed (%s)", expired.transactional_id, exc)
+                continue
+            log.info("aborted transactional id %r after its timeout", expired.transactional_id)
+            aborted.append(expired.transactional_id)
+        return aborted
+
+    async def expire_transactional_ids(self) -> list[str]:
+        """Remove ids idle for ``transactional.id.expiration.ms`` (tombstone first); returns them."""
+        removed = []
+        for metadata in self.state.expirable_metadata(self._clock_ms()):
+            transition = metadata.prepare_dead()
+            try:
+                await self.state.append_transition(metadata, transition)
+            except KafkaError as exc:
+                log.warning("transactional id %r: expiry failed (%s)", metadata.transactional_id, exc)
+                continue
+            removed.append(metadata.transactional_id)
+        if removed:
+            log.info("expired %d idle transactional ids", len(removed))
+        return removed
+
+    # -- admin ---------------------------------------------------------------------------------------
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> list[TransactionDescription]:
+        return [self._describe(tid) for tid in transactional_ids]
+
+    def _describe(self, transactional_id: str) -> TransactionDescription:
+        try:
+            if not transactional_id:
+                raise InvalidRequest("an empty transactional.id is not allowed")
+            metadata = self.state.get(transactional_id)
+            if metadata is None or metadata.state is TransactionState.DEAD:
+                raise TransactionalIdNotFound(transactional_id)
+        except KafkaError as exc:
+            return TransactionDescription(transactional_id, error_code_for(exc))
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(metadata.topic_partitions):
+            topics.setdefault(topic, []).append(partition)
+        return TransactionDescription(
+            transactional_id=transactional_id,
+            error_code=ErrorCode.NONE,
+            state=metadata.state.kafka_name,
+            producer_id=metadata.producer_id,
+            producer_epoch=metadata.producer_epoch,
+            transaction_timeout_ms=metadata.txn_timeout_ms,
+            transaction_start_time_ms=metadata.txn_start_timestamp,
+            topics=topics,
+        )
+
+    def list_transactions(
+        self,
+        state_filters: Iterable[str] = (),
+        producer_id_filters: Iterable[int] = (),
+        duration_filter_ms: int = -1,
+    ) -> ListTransactionsResult:
+        """ListTransactions; raises COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR when not serving."""
+        return self.state.list_transactions(
+            state_filters, producer_id_filters, duration_filter_ms, self._clock_ms()
+        )
+
+
+def _next_producer(metadata: TransactionMetadata) -> ProducerIdAndEpoch:
+    """What the producer uses after this EndTxn: with an exhausted epoch under TV_2, the new id."""
+    if metadata.next_producer_id != NO_PRODUCER_ID:
+        return ProducerIdAndEpoch(metadata.next_producer_id, 0)
+    return ProducerIdAndEpoch(metadata.producer_id, metadata.producer_epoch)

@@ -1,0 +1,83 @@
+"""Errors of the transaction coordinator, each carrying its Kafka wire code.
+
+The coordinator raises the shared classes from :mod:`onceflow.protocol.errors` where they exist
+(``ProducerFenced``, ``InvalidTxnState``, ...); the ones below are the codes that module does not
+define yet, plus :class:`IllegalTxnTransition`, which is a coordinator bug rather than bad input.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from onceflow.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from onceflow.broker.txn.metadata import TransactionState
+
+
+class InvalidTransactionTimeout(KafkaError):
+    code = ErrorCode.INVALID_TRANSACTION_TIMEOUT
+
+
+class TransactionalIdNotFound(KafkaError):
+    code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+
+class TransactionAbortable(KafkaError):
+    code = ErrorCode.TRANSACTION_ABORTABLE
+
+
+class CoordinatorNotAvailable(KafkaError):
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+class ProducerIdsExhausted(KafkaError):
+    """Every producer id up to the configured maximum was handed out; nothing safe is left to give."""
+
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class IllegalTxnTransition(KafkaError):
+    """The coordinator tried a move the state table does not allow (a bug, not a client error)."""
+
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init__(
+        self, transactional_id: str, current: TransactionState, target: TransactionState, why: str = ""
+    ) -> None:
+        self.current = current
+        self.target = target
+        reason = f": {why}" if why else ""
+        super().__init__(
+            f"transactional id {transactional_id!r}: illegal transition from {current.kafka_name} "
+            f"to {target.kafka_name}{reason}"
+        )
+
+
+# API versions from which Kafka answers a stale epoch with PRODUCER_FENCED (KIP-588); older versions of
+# the same API get INVALID_PRODUCER_EPOCH, which old clients understand.
+_PRODUCER_FENCED_SINCE = {
+    22: 4,  # InitProducerId
+    24: 2,  # AddPartitionsToTxn
+    25: 2,  # AddOffsetsToTxn
+    26: 2,  # EndTxn
+    28: 3,  # TxnOffsetCommit
+}
+
+
+def fenced_error_code(api_key: int, api_version: int) -> ErrorCode:
+    """The code a handler puts on the wire for a fenced producer, per API and version."""
+    since = _PRODUCER_FENCED_SINCE.get(api_key)
+    if since is not None and api_version < since:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return ErrorCode.PRODUCER_FENCED
+
+
+def wire_code(exc: BaseException, api_key: int, api_version: int) -> ErrorCode:
+    """:func:`onceflow.protocol.errors.error_code_for`, with PRODUCER_FENCED downgraded for old versions."""
+    from onceflow.protocol.errors import error_code_for
+
+    code = error_code_for(exc)
+    if code == ErrorCode.PRODUCER_FENCED:
+        return fenced_error_code(api_key, api_version)
+    return code
