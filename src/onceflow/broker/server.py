@@ -31,6 +31,7 @@ from onceflow.broker.connection import (
 )
 from onceflow.broker.context import BrokerServices, CloseConnection, RequestContext
 from onceflow.broker.faults import Faults
+from onceflow.broker.group.service import start_group_coordinator
 from onceflow.broker.handlers import HANDLERS
 from onceflow.broker.topics import TopicManager
 from onceflow.protocol import apis
@@ -81,6 +82,7 @@ class Broker:
             cluster_id=self.topics.cluster_id,
             advertised_host=self.config.host,
             advertised_port=self.port,
+            groups=start_group_coordinator(self.config, self.topics),
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         log.info("onceflow broker listening on %s:%d", self.config.host, self.port)
@@ -106,6 +108,8 @@ class Broker:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
+        if self.services is not None and self.services.groups is not None:
+            self.services.groups.shutdown()
         self.topics.flush()
         self.topics.close()
         log.info("onceflow broker on port %d stopped", self.port)

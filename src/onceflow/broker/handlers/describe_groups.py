@@ -1,0 +1,71 @@
+"""DescribeGroups (15): state, protocol and members (with metadata and assignment when Stable)."""
+
+from __future__ import annotations
+
+from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
+
+from onceflow.broker.context import RequestContext
+from onceflow.broker.group.handler_support import no_coordinator
+from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+
+API_KEY = 15
+MIN_VERSION = 0
+MAX_VERSION = 5
+REQUEST = DescribeGroupsRequest
+
+_Group = DescribeGroupsResponse.DescribedGroup
+_Member = _Group.DescribedGroupMember
+# Kafka's "authorized operations not requested" marker.
+_NOT_REQUESTED = -2147483648
+
+
+def _describe(ctx: RequestContext, group_id: str) -> _Group:
+    if no_coordinator(ctx):
+        return _Group(
+            error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+            group_id=group_id,
+            group_state="",
+            protocol_type="",
+            protocol_data="",
+            members=[],
+            authorized_operations=_NOT_REQUESTED,
+        )
+    try:
+        d = ctx.groups.describe_group(group_id)
+    except KafkaError as exc:
+        return _Group(
+            error_code=int(error_code_for(exc)),
+            group_id=group_id,
+            group_state="",
+            protocol_type="",
+            protocol_data="",
+            members=[],
+            authorized_operations=_NOT_REQUESTED,
+        )
+    # Before v6 an unknown group is described as Dead without an error, as Kafka does.
+    error = ErrorCode.NONE if d.error is ErrorCode.GROUP_ID_NOT_FOUND else d.error
+    return _Group(
+        error_code=int(error),
+        group_id=group_id,
+        group_state=d.state,
+        protocol_type=d.protocol_type,
+        protocol_data=d.protocol,
+        members=[
+            _Member(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata,
+                member_assignment=m.assignment,
+            )
+            for m in d.members
+        ],
+        authorized_operations=_NOT_REQUESTED,
+    )
+
+
+async def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    return DescribeGroupsResponse(
+        throttle_time_ms=0, groups=[_describe(ctx, g) for g in request.groups or []]
+    )

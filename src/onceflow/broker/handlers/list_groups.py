@@ -1,0 +1,36 @@
+"""ListGroups (16): every live group, filtered by state (v4+) and type (v5+; ours are "classic")."""
+
+from __future__ import annotations
+
+from kafka.protocol.admin.groups import ListGroupsRequest, ListGroupsResponse
+
+from onceflow.broker.context import RequestContext
+from onceflow.broker.group.handler_support import no_coordinator
+from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+
+API_KEY = 16
+MIN_VERSION = 0
+MAX_VERSION = 5
+REQUEST = ListGroupsRequest
+
+_Group = ListGroupsResponse.ListedGroup
+
+
+async def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
+    v = ctx.api_version
+    if no_coordinator(ctx):
+        return ListGroupsResponse(
+            throttle_time_ms=0, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), groups=[]
+        )
+    try:
+        listed = ctx.groups.list_groups(
+            states=(request.states_filter or []) if v >= 4 else [],
+            types=(request.types_filter or []) if v >= 5 else [],
+        )
+    except KafkaError as exc:
+        return ListGroupsResponse(throttle_time_ms=0, error_code=int(error_code_for(exc)), groups=[])
+    groups = [
+        _Group(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic")
+        for g in listed
+    ]
+    return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=groups)

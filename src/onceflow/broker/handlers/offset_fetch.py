@@ -1,0 +1,100 @@
+"""OffsetFetch (9): committed offsets of one group (v0-7) or many (v8+), all partitions when the
+topic list is null; ``require_stable`` (v7+) turns partitions with a pending transactional commit into
+UNSTABLE_OFFSET_COMMIT. v10 names topics by id only and is not offered."""
+
+from __future__ import annotations
+
+from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
+
+from onceflow.broker.context import RequestContext
+from onceflow.broker.group.handler_support import no_coordinator
+from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+
+API_KEY = 9
+MIN_VERSION = 1
+MAX_VERSION = 9
+REQUEST = OffsetFetchRequest
+
+_OldTopic = OffsetFetchResponse.OffsetFetchResponseTopic
+_OldPartition = _OldTopic.OffsetFetchResponsePartition
+_Group = OffsetFetchResponse.OffsetFetchResponseGroup
+_NewTopic = _Group.OffsetFetchResponseTopics
+_NewPartition = _NewTopic.OffsetFetchResponsePartitions
+
+
+def _fetch(ctx: RequestContext, group_id: str, topics, require_stable: bool):
+    """(group error, {topic: [(partition, offset, epoch, metadata, error)]}) keeping request order."""
+    wanted = None
+    if topics is not None:
+        wanted = [(t.name, p) for t in topics for p in t.partition_indexes or []]
+    if no_coordinator(ctx):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
+    try:
+        top, rows = ctx.groups.fetch_offsets(group_id, wanted, require_stable=require_stable)
+    except KafkaError as exc:
+        top, rows = error_code_for(exc), []
+    by_topic: dict[str, list] = {}
+    if top is not ErrorCode.NONE and wanted is not None:
+        rows = [(tp, None, top) for tp in wanted]
+    for (topic, partition), value, error in rows:
+        by_topic.setdefault(topic, []).append(
+            (
+                partition,
+                value.offset if value else -1,
+                value.leader_epoch if value else -1,
+                value.metadata if value else "",
+                error,
+            )
+        )
+    return top, by_topic
+
+
+async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    v = ctx.api_version
+    require_stable = bool(request.require_stable) if v >= 7 else False
+    if v >= 8:
+        groups = []
+        for g in request.groups or []:
+            top, by_topic = _fetch(ctx, g.group_id, g.topics, require_stable)
+            groups.append(
+                _Group(
+                    group_id=g.group_id,
+                    error_code=int(top),
+                    topics=[
+                        _NewTopic(
+                            name=name,
+                            partitions=[
+                                _NewPartition(
+                                    partition_index=p,
+                                    committed_offset=o,
+                                    committed_leader_epoch=e,
+                                    metadata=m,
+                                    error_code=int(err),
+                                )
+                                for p, o, e, m, err in rows
+                            ],
+                        )
+                        for name, rows in by_topic.items()
+                    ],
+                )
+            )
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    top, by_topic = _fetch(ctx, request.group_id, request.topics, require_stable)
+    topics = [
+        _OldTopic(
+            name=name,
+            partitions=[
+                _OldPartition(
+                    partition_index=p,
+                    committed_offset=o,
+                    committed_leader_epoch=e,
+                    metadata=m,
+                    # v0-1 have no group-level error: it goes into each partition.
+                    error_code=int(err if v >= 2 or top is ErrorCode.NONE else top),
+                )
+                for p, o, e, m, err in rows
+            ],
+        )
+        for name, rows in by_topic.items()
+    ]
+    return OffsetFetchResponse(throttle_time_ms=0, topics=topics, error_code=int(top))
