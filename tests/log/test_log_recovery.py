@@ -169,3 +169,24 @@ def test_recovery_after_kill_9(tmp_path):
     assert log.log_end_offset > acknowledged
     assert all_offsets(log) == list(range(log.log_end_offset))
     log.close()
+
+
+def test_bit_rot_in_sealed_segment_is_a_storage_error_not_a_hang(tmp_path):
+    from onceflow.protocol.errors import KafkaStorageError
+
+    directory = tmp_path / "t-0"
+    log = Log.open(directory, LogConfig(index_interval_bytes=10**6))
+    for _ in range(5):
+        produce(log, make_batch(1))
+    log.roll()
+    produce(log, make_batch(1))
+    log.close()
+    first = directory / "00000000000000000000.log"
+    data = bytearray(first.read_bytes())
+    size = len(make_batch(1))
+    data[size + 8 : size + 12] = (-100).to_bytes(4, "big", signed=True)  # 2nd batch's batchLength
+    first.write_bytes(data)
+    log = Log.open(directory, LogConfig(index_interval_bytes=10**6))  # the index still checks out
+    with pytest.raises(KafkaStorageError):
+        log.read(3, 10**6)
+    log.close()

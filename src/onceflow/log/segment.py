@@ -19,6 +19,7 @@ from pathlib import Path
 
 from onceflow.log.index import OffsetIndex, TimeIndex, read_file
 from onceflow.protocol import records
+from onceflow.protocol.errors import KafkaStorageError
 from onceflow.protocol.records import BATCH_HEADER_SIZE, BatchHeader
 
 log = logging.getLogger(__name__)
@@ -218,6 +219,9 @@ class LogSegment:
                 if len(buf) < BATCH_HEADER_SIZE:
                     return
             header = records.read_header(buf, relative)
+            if header.size < BATCH_HEADER_SIZE:
+                # Only bit rot inside a sealed segment gets here; never loop on it.
+                raise KafkaStorageError(f"segment {self.log_path}: corrupt batch header at byte {position}")
             yield position, header
             position += header.size
 
