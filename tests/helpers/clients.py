@@ -186,6 +186,9 @@ class KafkaPythonClient:
             compression_type=None if compression == "none" else compression,
             acks="all",
             linger_ms=5,
+            # kafka-python 3 turns idempotence on by default; these suites test plain produce
+            # (the idempotent producer has its own tests once the broker has InitProducerId).
+            enable_idempotence=False,
         )
         try:
             futures = [

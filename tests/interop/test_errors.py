@@ -68,8 +68,20 @@ def test_produce_to_negative_partition(broker, version, unique_topic):
 @pytest.mark.parametrize("version", PRODUCE_VERSIONS)
 @pytest.mark.parametrize("name", BAD_TOPIC_NAMES, ids=("space", "slash", "dotdot", "too-long"))
 def test_produce_to_invalid_topic_name(broker, version, name):
+    """As in Kafka, Produce never creates topics, so an invalid name is simply not there (the name
+    itself is judged where topics get created: Metadata auto-creation and CreateTopics, below)."""
     with WireClient(broker.bootstrap) as conn:
-        assert _partition_error(conn.request(_produce(name, 0), version)) == INVALID_TOPIC_EXCEPTION
+        assert _partition_error(conn.request(_produce(name, 0), version)) == UNKNOWN_TOPIC_OR_PARTITION
+
+
+@pytest.mark.parametrize("name", BAD_TOPIC_NAMES, ids=("space", "slash", "dotdot", "too-long"))
+def test_create_topic_with_invalid_name(broker, name):
+    from confluent_kafka import KafkaException
+    from tests.helpers.clients import create_topic as create
+
+    with pytest.raises(KafkaException) as refused:
+        create(broker.bootstrap, name)
+    assert refused.value.args[0].code() == INVALID_TOPIC_EXCEPTION
 
 
 def test_metadata_for_invalid_topic_name_does_not_create_it(broker):
