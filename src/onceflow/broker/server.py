@@ -217,12 +217,13 @@ class Broker:
 
 
 async def _serve_until_signalled(config: BrokerConfig) -> None:
-    broker = Broker(config)
-    await broker.start()
+    # Signal handlers first: a SIGTERM right after the "listening" line must still stop us cleanly.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    broker = Broker(config)
+    await broker.start()
     try:
         await stop.wait()
         log.info("signal received, shutting down")

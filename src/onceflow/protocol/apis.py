@@ -133,7 +133,10 @@ def decode_request(
 
 def encode_response(response: ApiMessage, correlation_id: int, api_version: int) -> bytearray:
     """The framed bytes (size prefix, header, body) of ``response`` at ``api_version``."""
-    # kafka-python quirk: the version must be set before with_header, and encode wants both.
+    # kafka-python quirks: the version must be set before with_header, and encode wants both; setting
+    # the version of a response that already has a (response) header fails, so drop an old header.
+    if response.header is not None:
+        response._header = None
     response.API_VERSION = api_version
     response.with_header(correlation_id=correlation_id)
     return response.encode(header=True, framed=True)
