@@ -42,3 +42,25 @@ def test_an_unreadable_file_stops_the_start(tmp_path):
     (tmp_path / PRODUCER_ID_BLOCK_FILE).write_text("{not json")
     with pytest.raises(RuntimeError, match="unreadable"):
         ProducerIdManager(tmp_path)
+
+
+def test_coordinator_ids_never_repeat_across_a_restart(tmp_path):
+    from onceflow.broker.txn import TransactionCoordinator
+
+    from .fakes import FakeMarkers, FakeTxnLog, run
+
+    def coordinator():
+        c = TransactionCoordinator(
+            log_writer=FakeTxnLog(),
+            marker_writer=FakeMarkers(),
+            producer_ids=ProducerIdManager(tmp_path, block_size=2),
+        )
+        c.begin_loading(0)
+        c.load_from_records([])
+        return c
+
+    first = coordinator()
+    before = {run(first.init_producer_id(t, 1000)).producer_id for t in ("a", "b", None)}
+    second = coordinator()
+    after = {run(second.init_producer_id(t, 1000)).producer_id for t in ("c", None, None)}
+    assert len(before) == 3 and len(after) == 3 and before.isdisjoint(after)

@@ -94,7 +94,7 @@ class TransactionCoordinator:
         self._markers = marker_writer
         self._producer_ids = producer_ids
         self._clock_ms = clock_ms
-        self.state = TransactionStateManager(self.config, log_writer, clock_ms)
+        self.state = TransactionStateManager(self.config, log_writer)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 

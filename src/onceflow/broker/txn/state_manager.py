@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -83,12 +83,9 @@ def _append_error(exc: BaseException) -> KafkaError:
 
 
 class TransactionStateManager:
-    def __init__(
-        self, config: TransactionConfig, log_writer: TransactionLogWriter, clock_ms: Callable[[], int]
-    ) -> None:
+    def __init__(self, config: TransactionConfig, log_writer: TransactionLogWriter) -> None:
         self.config = config
         self._writer = log_writer
-        self._clock_ms = clock_ms
         self._cache: dict[str, TransactionMetadata] = {}
         self._status = CoordinatorStatus.INACTIVE
         self._coordinator_epoch = -1
