@@ -210,6 +210,13 @@ class Broker:
             client_id=header.client_id,
             services=self.services,
         )
+        log.debug(
+            "api %d v%d correlation %d from %s",
+            header.api_key,
+            header.api_version,
+            header.correlation_id,
+            header.client_id,
+        )
         response = await self.handlers[header.api_key].handle(ctx, event.request)
         if response is None:
             return None

@@ -64,6 +64,9 @@ def _append_partition(ctx: RequestContext, topic_name: str | None, index: int, r
     except KafkaError as exc:
         log.debug("produce to %s-%d failed: %s", topic_name, index, exc)
         return _error(index, error_code_for(exc), str(exc))
+    except OSError as exc:  # a disk problem: Kafka answers KAFKA_STORAGE_ERROR (retriable)
+        log.exception("append to %s-%d failed", topic_name, index)
+        return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
     return _PartitionResponse(
         index=index,
         error_code=0,
