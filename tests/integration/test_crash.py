@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 
 import pytest
@@ -24,9 +25,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.onceflow_only]  # peers with memory 
 log = logging.getLogger(__name__)
 
 RECORDS = 100_000
-KILLS = 4
+KILLS = 5
 SEED = 20240611
 PADDING = b"." * 40
+MAX_UNACKED = 5_000
 
 
 def _value(seq: int) -> bytes:
@@ -97,26 +99,46 @@ def test_acknowledged_records_survive_kill9(broker, unique_topic):
         else:
             failed[seq] = str(err)
 
-    producer = _producer(broker.bootstrap)
-    next_kill = 0
-    for seq in range(RECORDS):
-        while True:
-            try:
-                producer.produce(unique_topic, _value(seq), partition=0, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-        if next_kill < KILLS and seq == kill_points[next_kill]:
-            # Let a random amount of the queue drain so the kill lands mid-stream, not at a boundary.
-            producer.poll(rng.uniform(0.0, 0.2))
-            broker.kill9()
-            log.info("killed broker after submitting %d records (%d acked)", seq + 1, len(acked))
-            broker.restart()
-            next_kill += 1
-    remaining = producer.flush(180)
+    kills: list[tuple[int, int]] = []  # (records acked, records submitted) at each kill
+    producing = threading.Event()
+    producing.set()
 
+    def killer() -> None:
+        """Kill when the acks pass each seeded point, after a random few ms: mid-stream, mid-request."""
+        for point in kill_points:
+            while len(acked) < point and producing.is_set():
+                time.sleep(0.002)
+            if not producing.is_set():
+                return
+            time.sleep(rng.uniform(0.0, 0.02))
+            kills.append((len(acked), submitted))
+            broker.kill9()
+            broker.restart()
+
+    producer = _producer(broker.bootstrap)
+    submitted = 0
+    killer_thread = threading.Thread(target=killer, name="killer", daemon=True)
+    killer_thread.start()
+    try:
+        for seq in range(RECORDS):
+            while True:
+                try:
+                    producer.produce(unique_topic, _value(seq), partition=0, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            submitted = seq + 1
+            producer.poll(0)
+            while len(producer) > MAX_UNACKED:  # keep pace with the broker: a stream, not one backlog
+                producer.poll(0.01)
+        remaining = producer.flush(180)
+    finally:
+        producing.clear()
+        killer_thread.join(60)
+
+    log.info("kills at (acked, submitted): %s; %d acked, %d failed", kills, len(acked), len(failed))
     assert remaining == 0, f"{remaining} records never got a delivery report"
+    assert len(kills) == KILLS, f"only {len(kills)} of {KILLS} kills happened; {len(acked)} acked"
     assert len(acked) + len(failed) == RECORDS
     assert len(acked) > RECORDS // 2, (
         f"only {len(acked)} acked; failures like {next(iter(failed.values()), None)}"
