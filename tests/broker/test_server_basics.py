@@ -174,3 +174,24 @@ def test_topics_and_cluster_id_survive_restart(tmp_path):
             await client.close()
 
     run(scenario())
+
+
+def test_many_concurrent_connections_each_get_their_own_answers(tmp_path):
+    async def one_client(port: int, n: int) -> list[int]:
+        client = await RawClient.connect(port)
+        sent = [await client.send(metadata_request(f"c{n}"), 12) for _ in range(5)]
+        received = []
+        for _ in sent:
+            response = await client.receive()
+            assert response.topics[0].name == f"c{n}"
+            received.append(response.header.correlation_id)
+        await client.close()
+        return received == sent
+
+    async def scenario():
+        async with running_broker(tmp_path) as broker:
+            results = await asyncio.gather(*(one_client(broker.port, n) for n in range(40)))
+            assert all(results)
+            assert len(list(broker.topics)) == 40
+
+    run(scenario())

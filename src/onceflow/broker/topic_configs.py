@@ -64,7 +64,9 @@ def describe_topic_configs(overrides: Mapping[str, str]) -> list[DescribedConfig
     return described
 
 
-def describe_broker_configs(config: BrokerConfig) -> list[DescribedConfig]:
+def describe_broker_configs(config: BrokerConfig, port: int) -> list[DescribedConfig]:
+    """A handful of this broker's static configs; ``port`` is the bound one (config.port may be 0)."""
+
     def static(name: str, value: object, config_type: int) -> DescribedConfig:
         text = str(value).lower() if isinstance(value, bool) else str(value)
         return DescribedConfig(
@@ -79,7 +81,7 @@ def describe_broker_configs(config: BrokerConfig) -> list[DescribedConfig]:
     return [
         static("node.id", config.node_id, TYPE_INT),
         static("broker.id", config.node_id, TYPE_INT),
-        static("listeners", f"PLAINTEXT://{config.host}:{config.port}", TYPE_STRING),
+        static("listeners", f"PLAINTEXT://{config.host}:{port}", TYPE_STRING),
         static("log.dirs", config.data_dir, TYPE_STRING),
         static("num.partitions", config.num_partitions, TYPE_INT),
         static("default.replication.factor", config.default_replication_factor, TYPE_SHORT),

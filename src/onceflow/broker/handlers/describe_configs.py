@@ -39,7 +39,7 @@ def _configs_of(ctx: RequestContext, resource) -> list[DescribedConfig]:
             raise InvalidRequest(
                 f"unexpected broker id {resource.resource_name!r}; this broker is {ctx.config.node_id}"
             )
-        return describe_broker_configs(ctx.config)
+        return describe_broker_configs(ctx.config, ctx.services.advertised_port)
     raise InvalidRequest(f"resource type {resource.resource_type} is not supported")
 
 
