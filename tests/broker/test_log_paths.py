@@ -66,6 +66,10 @@ def test_log_append_time_topic_and_list_offsets_by_timestamp(tmp_path):
                 response = await client.request(list_offsets_request("ct", query), 8)
                 found = response.topics[0].partitions[0]
                 assert (found.error_code, found.offset, found.timestamp) == (0, *expected)
+            # Max timestamp (-3, v7+): the record with the largest timestamp, wherever it is.
+            await client.request(produce_request("ct", {0: build_batch([b"late"], timestamp_ms=old - 50)}), 9)
+            found = (await client.request(list_offsets_request("ct", -3), 8)).topics[0].partitions[0]
+            assert (found.error_code, found.offset, found.timestamp) == (0, 2, old + 2000)
             await client.close()
 
     run(scenario())

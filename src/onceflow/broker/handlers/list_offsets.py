@@ -12,6 +12,8 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.protocol.errors import KafkaError, error_code_for
+from onceflow.protocol.record_codec import decode_batches
+from onceflow.protocol.records import BatchHeader
 
 API_KEY = 2
 MIN_VERSION = 1
@@ -24,10 +26,37 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 READ_COMMITTED = 1
+LOG_APPEND_TIME = 1
 LEADER_EPOCH = 0  # one broker, never a leader change
 
 _TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 _PartitionResponse = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+
+
+def _max_timestamp(plog, upper: int) -> tuple[int, int] | None:
+    """``(offset, timestamp)`` of the first record with the largest timestamp below ``upper``.
+
+    Scans every batch header of the log (an admin query, rare; the log keeps no max-timestamp
+    index), then decodes only the winning batch to find the record.
+    """
+    best: tuple[BatchHeader, bytes] | None = None
+    for header, view in plog.iter_batches(plog.log_start_offset):
+        if header.base_offset >= upper:
+            break
+        if header.is_control or header.last_offset >= upper:
+            continue
+        if best is None or header.max_timestamp > best[0].max_timestamp:
+            best = (header, bytes(view))
+    if best is None:
+        return None
+    header, data = best
+    if header.timestamp_type == LOG_APPEND_TIME:
+        return header.base_offset, header.max_timestamp  # every record has the append time
+    for batch in decode_batches(data):
+        for record in batch.records:
+            if record.timestamp == header.max_timestamp:
+                return record.offset, record.timestamp
+    return header.last_offset, header.max_timestamp
 
 
 def _lookup(plog, timestamp: int, read_committed: bool) -> tuple[int, int]:
@@ -40,8 +69,7 @@ def _lookup(plog, timestamp: int, read_committed: bool) -> tuple[int, int]:
     if timestamp == LATEST_TIERED:
         return -1, -1
     if timestamp == MAX_TIMESTAMP:
-        max_lookup = getattr(plog, "max_timestamp_and_offset", None)
-        found = max_lookup() if max_lookup is not None else None
+        found = _max_timestamp(plog, upper)
     else:
         found = plog.offset_for_timestamp(timestamp)
     if found is None or found[0] >= upper:
