@@ -2,8 +2,13 @@
 
 Append is "validate → assign offsets → write → update state", all per batch, never per record:
 the producer's bytes are stored as they came, with ``baseOffset`` patched (it lies outside the CRC) and,
-for LogAppendTime topics, the timestamp fields rewritten. Producer-state checks (issue 3) slot in before
-the write and the state update after it; see the two marked places in :meth:`Log.append`.
+for LogAppendTime topics, the timestamp fields rewritten.
+
+Producer state (idempotence): ``Log.producer_state`` is the partition's ``ProducerStateManager``. A client
+append first looks for a resend of a cached batch (answered with the original offsets, nothing written),
+then validates every producer batch (epoch, sequence) before the write, and applies the result after it.
+Snapshots are taken at each segment roll and at ``close()``; ``open()`` loads the newest valid one and
+replays only the log after it, so a restart never forgets a duplicate it would have caught before.
 
 Durability: an append is acknowledged once ``os.write`` returned, i.e. the bytes are in the OS page
 cache, which survives ``kill -9`` of the process; ``flush()`` fsyncs. ``close()`` leaves a
@@ -30,6 +35,14 @@ from pathlib import Path
 
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.log.config import LogConfig
+from onceflow.log.producer_append import (
+    apply_producer_appends,
+    find_duplicate,
+    replay_producer_batches,
+    validate_producer_batches,
+)
+from onceflow.log.producer_snapshot import delete_snapshots_before
+from onceflow.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from onceflow.log.segment import INDEX_SUFFIX, LOG_SUFFIX, NO_TIMESTAMP, TIME_INDEX_SUFFIX, LogSegment
 from onceflow.protocol import records
 from onceflow.protocol.errors import InvalidRecord, MessageTooLarge, OffsetOutOfRange, RecordListTooLarge
@@ -56,7 +69,12 @@ class AppendResult:
 
 class Log:
     def __init__(
-        self, directory: Path, config: LogConfig, clock_ms: Callable[[], int], segments: list[LogSegment]
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock_ms: Callable[[], int],
+        segments: list[LogSegment],
+        producer_state: ProducerStateManager,
     ) -> None:
         self.directory = directory
         self.config = config
@@ -65,12 +83,22 @@ class Log:
         self._bases = [segment.base_offset for segment in segments]
         self._unflushed: set[LogSegment] = set(segments[-1:])
         self._closed = False
+        self.producer_state = producer_state
 
     # --- opening and recovery ---
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, *, clock_ms: Callable[[], int] = wall_clock_ms) -> Log:
-        """Create or recover the partition directory (see the module docstring for what is checked)."""
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ) -> Log:
+        """Create or recover the partition directory (see the module docstring for what is checked).
+
+        ``producer_id_expiration_ms`` is the broker's ``producer.id.expiration.ms``."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         marker = directory / CLEAN_SHUTDOWN_FILE
@@ -90,16 +118,33 @@ class Log:
             )
         if not segments:
             segments.append(LogSegment.open(directory, 0, config.index_interval_bytes, now, recover=False))
-        result = cls(directory, config, clock_ms, segments)
+        state = ProducerStateManager(directory.name, producer_id_expiration_ms=producer_id_expiration_ms)
+        result = cls(directory, config, clock_ms, segments, state)
+        start, end = result.log_start_offset, result.log_end_offset
+        replayed = result._replay_producer_state(state.load_latest(directory, start, end, now_ms=now))
         log.info(
-            "opened log %s (%s shutdown): offsets [%d, %d), %d segment(s)",
+            "opened log %s (%s shutdown): offsets [%d, %d), %d segment(s), %d producer(s), "
+            "%d producer batch(es) replayed",
             directory,
             "clean" if clean else "unclean",
-            result.log_start_offset,
-            result.log_end_offset,
+            start,
+            end,
             len(segments),
+            len(state.active_producers()),
+            replayed,
         )
         return result
+
+    def _replay_producer_state(self, replay_from: int) -> int:
+        """Bring the producer state from ``replay_from`` (its snapshot) up to the log end; returns how
+        many producer batches were replayed."""
+        end = self.log_end_offset
+        replayed = 0
+        if replay_from < end:
+            batches = self.iter_batches(max(replay_from, self.log_start_offset))
+            replayed = replay_producer_batches(self.producer_state, batches, replay_from)
+        self.producer_state.update_map_end_offset(end)
+        return replayed
 
     # --- offsets ---
 
@@ -142,9 +187,34 @@ class Log:
         if not batches:
             return AppendResult(-1, -1, -1, self.log_start_offset)
         total = self._check_sizes(batches)
-        # Producer state (issue 3) goes here: prepare_update per batch; a duplicate returns its original
-        # offsets with duplicate=True, a sequence or epoch error raises, and nothing is written.
+        state = self.producer_state
+        if origin is AppendOrigin.CLIENT:
+            duplicate = find_duplicate(state, batches)
+            if duplicate is not None:
+                # Kafka answers a resend with the original offsets (and error NONE). It also returns the
+                # cached timestamp as the log append time; that is only an append time on LogAppendTime
+                # topics, so elsewhere we answer -1 as for any CreateTime append.
+                append_time = duplicate.timestamp if self.config.log_append_time else -1
+                log.debug(
+                    "duplicate batch in %s answered with offsets [%d, %d]",
+                    self.directory.name,
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                )
+                return AppendResult(
+                    duplicate.first_offset, duplicate.last_offset, append_time, self.log_start_offset, True
+                )
         now = self._clock_ms()
+        # Validate before writing: an epoch or sequence error raises here and nothing is written.
+        producer_appends = validate_producer_batches(
+            state,
+            batches,
+            next_offset=self.log_end_offset,
+            origin=origin,
+            append_time_ms=now
+            if self.config.log_append_time and origin is not AppendOrigin.REPLICATION
+            else -1,
+        )
         buf, infos, first_offset, append_time = self._assign_offsets(batches, origin, now)
         last_offset = infos[-1][0]
         active = self._segments[-1]
@@ -156,7 +226,9 @@ class Log:
             active.created_ms = now
         active.append(buf, infos)
         self._unflushed.add(active)
-        # Producer state (issue 3) goes here: update(info) with the assigned offsets, then complete_txn.
+        # The transactions work writes the txn index for these completed transactions, then
+        # calls state.complete_txn(txn) for each.
+        apply_producer_appends(state, producer_appends, self.log_end_offset)
         return AppendResult(first_offset, last_offset, append_time, self.log_start_offset)
 
     def _check_sizes(self, batches: list[tuple[BatchHeader, memoryview]]) -> int:
@@ -225,6 +297,8 @@ class Log:
     def _roll_at(self, base_offset: int, now: int) -> LogSegment:
         old = self._segments[-1]
         old.write_indexes()
+        # The snapshot covers everything below the new segment: recovery replays at most the active one.
+        self.producer_state.take_snapshot(self.directory)
         segment = LogSegment.open(
             self.directory, base_offset, self.config.index_interval_bytes, now, recover=False
         )
@@ -257,6 +331,8 @@ class Log:
                 return True
 
             deleted += self._delete_oldest(over_size)
+        if deleted:
+            delete_snapshots_before(self.directory, self.log_start_offset)
         return deleted
 
     def _delete_oldest(self, should_delete: Callable[[LogSegment], bool]) -> int:
@@ -293,7 +369,18 @@ class Log:
             self._bases.append(offset)
         self._segments[-1].truncate_to(offset)
         self._unflushed.add(self._segments[-1])
+        # Producer state may describe batches that are gone: reload from a snapshot not beyond the new
+        # end (later ones are deleted) and replay the rest.
+        state = self.producer_state
+        self._replay_producer_state(
+            state.truncate_and_reload(self.log_start_offset, self.log_end_offset, self.directory, now_ms=now)
+        )
         log.info("truncated %s to offset %d", self.directory.name, self.log_end_offset)
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> list[int]:
+        """Forget producers idle for producer.id.expiration.ms without an open transaction (the broker
+        calls this every producer.id.expiration.check.interval.ms); returns their ids."""
+        return self.producer_state.remove_expired_producers(self._clock_ms() if now_ms is None else now_ms)
 
     # --- reading ---
 
@@ -356,6 +443,8 @@ class Log:
         if self._closed:
             return
         self.flush()
+        # With this snapshot at the log end, a clean restart replays nothing.
+        self.producer_state.take_snapshot(self.directory)
         for segment in self._segments:
             segment.close()
         marker = self.directory / CLEAN_SHUTDOWN_FILE
