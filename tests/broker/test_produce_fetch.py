@@ -304,9 +304,17 @@ def test_produce_faults(tmp_path, log_opener):
             assert partition_response(response).base_offset == 1
             assert plog.log_end_offset == 2
 
+            broker.faults.set(faults.DISCONNECT_AFTER_APPEND, 1.0)
+            await client.send(produce_request("t", {0: batch}), 9, expect_response=False)
+            assert await client.is_closed_by_broker()
+            broker.faults.clear()
+            assert plog.log_end_offset == 3  # appended before the connection went
+            await client.close()
+            client = await RawClient.connect(broker.port)
+
             broker.faults.set(faults.DELAY_RESPONSE, 1.0)
             response = await client.request(produce_request("t", {0: batch}), 9)
-            assert partition_response(response).base_offset == 2
+            assert partition_response(response).base_offset == 3
             await client.close()
 
     run(scenario())

@@ -17,10 +17,15 @@ log = logging.getLogger(__name__)
 DROP_REQUEST_BEFORE_APPEND = "drop-request-before-append"
 # Produce path. Append, then never send the response (a lost ACK: the client times out and retries).
 DROP_RESPONSE_AFTER_APPEND = "drop-response-after-append"
-# Any response: sleep ``delay-response.ms`` before sending it.
+# Produce path. Append, then close the connection instead of answering: also a lost ACK, but one
+# every client notices at once (a request timeout can be long), so its retry comes promptly.
+DISCONNECT_AFTER_APPEND = "disconnect-after-append"
+# Produce path. Sleep ``delay-response.ms`` before sending the response.
 DELAY_RESPONSE = "delay-response"
 
-FAULT_POINTS = frozenset({DROP_REQUEST_BEFORE_APPEND, DROP_RESPONSE_AFTER_APPEND, DELAY_RESPONSE})
+FAULT_POINTS = frozenset(
+    {DROP_REQUEST_BEFORE_APPEND, DROP_RESPONSE_AFTER_APPEND, DISCONNECT_AFTER_APPEND, DELAY_RESPONSE}
+)
 DEFAULT_PARAMETERS = {"delay-response.ms": 1000.0}
 
 

@@ -9,7 +9,9 @@ produce requests on one connection append in request order (see ``server``).
 Faults: ``drop-request-before-append`` ignores the request (no append, no response);
 ``drop-response-after-append`` appends and sends nothing: librdkafka times the request out and
 retries, kafka-python sees the next response's correlation id mismatch, drops the connection and
-retries; both are the "lost ACK" of the seed notes. ``delay-response`` sleeps before answering.
+retries; both are the "lost ACK" of the seed notes. ``disconnect-after-append`` appends and closes
+the connection instead, a lost ACK every client notices at once (librdkafka's request timeout is
+long), so retries come promptly. ``delay-response`` sleeps before answering.
 """
 
 from __future__ import annotations
@@ -102,6 +104,8 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
         return None
     if ctx.faults.fire(faults.DROP_RESPONSE_AFTER_APPEND):
         return None
+    if ctx.faults.fire(faults.DISCONNECT_AFTER_APPEND):
+        raise CloseConnection("fault disconnect-after-append")
     if ctx.faults.fire(faults.DELAY_RESPONSE):
         await asyncio.sleep(ctx.faults.delay_response_s)
     return ProduceResponse(responses=responses, throttle_time_ms=0)
