@@ -1,0 +1,125 @@
+"""The exactly-once write protocol of one sink task, independent of Spark and of the client.
+
+Each task of batch N writes its partition inside one Kafka transaction whose ``transactional.id``
+is ``<sink id>-<spark partition id>``: stable across retries, replays and speculative copies, so
+``init_transactions`` fences whichever attempt came before. In the same transaction it commits a
+marker, ``{"batch": N}`` in the offset metadata of the task's own consumer group (the group id is
+the transactional id), through ``send_offsets_to_transaction``. Before writing, the task reads its
+marker with OffsetFetch ``require_stable``; if batch N or later is already committed, the batch's
+output is already in the topic and the task writes nothing.
+
+This makes a replay of batch N after a driver crash (Kafka committed, Spark's commit log not yet
+written), a task retry, and a speculative copy all produce batch N's records exactly once, given
+Spark's own condition for replays: the processing of a batch is deterministic, so partition P of
+batch N holds the same records every time. Consumers of the output must use ``read_committed``.
+A batch is atomic per task, not across tasks: consumers can see task 1's part of batch N before
+task 2's.
+
+:class:`TransactionalWriter` is the small interface a transactional producer must offer; the sink
+runs on whichever implementation the client provides.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from typing import NamedTuple, Protocol
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "OutputRecord",
+    "TaskOutcome",
+    "TransactionalWriter",
+    "decode_marker",
+    "encode_marker",
+    "transactional_id_for",
+    "write_exactly_once",
+]
+
+
+class OutputRecord(NamedTuple):
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] | tuple = ()
+    partition: int | None = None
+
+
+class TaskOutcome(NamedTuple):
+    records: int
+    skipped: bool  # batch already committed by an earlier attempt: nothing written
+
+
+def transactional_id_for(sink_id: str, partition_id: int) -> str:
+    return f"{sink_id}-{partition_id}"
+
+
+def encode_marker(batch_id: int, **extra: object) -> str:
+    """Offset-commit metadata saying batch ``batch_id`` of this task is committed."""
+    return json.dumps({"batch": batch_id, **extra}, separators=(",", ":"), sort_keys=True)
+
+
+def decode_marker(metadata: str | None) -> int | None:
+    """The batch id in a marker, or None when there is no marker (or someone else's metadata)."""
+    if not metadata:
+        return None
+    try:
+        batch = json.loads(metadata).get("batch")
+    except (ValueError, AttributeError):
+        return None
+    return batch if isinstance(batch, int) else None
+
+
+class TransactionalWriter(Protocol):
+    """What the exactly-once sink needs from a transactional producer, for one transactional.id."""
+
+    def init(self) -> None:
+        """``init_transactions``: bump the epoch, fencing older attempts, and finish (abort) any
+        transaction an older attempt left open."""
+
+    def fetch_marker(self) -> int | None:
+        """The batch id of the last committed marker (OffsetFetch with require_stable, retried while
+        the broker answers UNSTABLE_OFFSET_COMMIT), or None."""
+
+    def begin(self) -> None: ...
+
+    def send(self, record: OutputRecord) -> None:
+        """Queue one record in the open transaction (may send in the background)."""
+
+    def send_offsets(self, batch_id: int) -> None:
+        """``send_offsets_to_transaction`` with the marker for ``batch_id``."""
+
+    def commit(self) -> None:
+        """Flush everything, then ``commit_transaction``; raises if fenced or if a send failed."""
+
+    def abort(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def write_exactly_once(
+    writer: TransactionalWriter, batch_id: int, records: Iterable[OutputRecord]
+) -> TaskOutcome:
+    """Write one task's part of batch ``batch_id`` once, whatever happened to earlier attempts."""
+    writer.init()
+    committed = writer.fetch_marker()
+    if committed is not None and committed >= batch_id:
+        log.info("batch %d already committed (marker %d): writing nothing", batch_id, committed)
+        return TaskOutcome(0, skipped=True)
+    writer.begin()
+    count = 0
+    try:
+        for record in records:
+            writer.send(record)
+            count += 1
+        writer.send_offsets(batch_id)
+        writer.commit()
+    except BaseException:
+        try:
+            writer.abort()
+        except Exception:  # fenced or disconnected: the next init (or the timeout) aborts it
+            log.debug("abort after a failed write failed too", exc_info=True)
+        raise
+    return TaskOutcome(count, skipped=False)

@@ -1,0 +1,181 @@
+"""The onceflow source's options, parsed once on the driver into a frozen, picklable value.
+
+Option names are those of Spark's Kafka source (``kafka.bootstrap.servers``, ``subscribe``,
+``subscribePattern``, ``assign``, ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``)
+so that a query written for Spark's Kafka connector runs here by changing only the format name.
+One difference: ``isolation.level`` defaults to ``read_committed``, because a pipeline that promises
+exactly-once output must not read the records of aborted transactions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from onceflow.client.simple import isolation_level_for_name
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "OffsetSpec",
+    "AT_LEAST_ONCE",
+    "EXACTLY_ONCE",
+    "SinkOptions",
+    "SourceOptions",
+    "parse_sink_options",
+    "parse_offset_spec",
+    "parse_source_options",
+]
+
+# In the JSON form of startingOffsets / endingOffsets, as in Spark's Kafka source.
+EARLIEST = -2
+LATEST = -1
+
+# A spec is "earliest", "latest", or {topic: {partition: offset or EARLIEST/LATEST}}.
+OffsetSpec = str | dict[str, dict[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    bootstrap: str
+    subscribe: tuple[str, ...] = ()
+    subscribe_pattern: str | None = None
+    assign: dict[str, tuple[int, ...]] | None = None
+    starting_offsets: OffsetSpec = "latest"
+    ending_offsets: OffsetSpec = "latest"
+    max_offsets_per_trigger: int | None = None
+    isolation_level: int = 1  # read_committed
+    client_id: str = "onceflow-spark"
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` belongs to the subscription (assign is handled by the caller)."""
+        if self.subscribe_pattern is not None:
+            return re.fullmatch(self.subscribe_pattern, topic) is not None
+        return topic in self.subscribe
+
+
+def _lower_keys(options: Mapping[str, str]) -> dict[str, str]:
+    # Spark hands Python data sources a case-insensitive dict; be as lenient with plain dicts.
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def parse_offset_spec(text: str, option: str) -> OffsetSpec:
+    """``earliest``, ``latest`` or Spark's JSON ``{"topic": {"0": 23, "1": -2}}``."""
+    stripped = text.strip()
+    if stripped.lower() in ("earliest", "latest"):
+        return stripped.lower()
+    try:
+        parsed = json.loads(stripped)
+        return {
+            str(topic): {int(p): int(offset) for p, offset in partitions.items()}
+            for topic, partitions in parsed.items()
+        }
+    except (ValueError, AttributeError, TypeError):
+        raise ValueError(
+            f'option {option}={text!r} is not earliest, latest or JSON like {{"topic": {{"0": 23}}}}'
+        )
+
+
+def _parse_assign(text: str) -> dict[str, tuple[int, ...]]:
+    try:
+        parsed = json.loads(text)
+        return {str(t): tuple(int(p) for p in parts) for t, parts in parsed.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise ValueError(f'option assign={text!r} is not JSON like {{"topicA": [0, 1]}}')
+
+
+def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Validate the options of a read; raises ValueError naming the bad option and a fix."""
+    opts = _lower_keys(options)
+    bootstrap = opts.get("kafka.bootstrap.servers")
+    if not bootstrap:
+        raise ValueError('option "kafka.bootstrap.servers" is required, e.g. 127.0.0.1:9092')
+    chosen = [name for name in ("subscribe", "subscribepattern", "assign") if opts.get(name)]
+    if len(chosen) != 1:
+        raise ValueError('give exactly one of the options "subscribe", "subscribePattern" or "assign"')
+    subscribe = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
+    pattern = opts.get("subscribepattern")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"option subscribePattern={pattern!r} is not a valid regex: {exc}")
+    assign = _parse_assign(opts["assign"]) if "assign" in opts else None
+
+    # Spark's Kafka source: streams start at latest, batch reads at earliest; both end at latest.
+    starting = parse_offset_spec(
+        opts.get("startingoffsets", "latest" if streaming else "earliest"), "startingOffsets"
+    )
+    ending = parse_offset_spec(opts.get("endingoffsets", "latest"), "endingOffsets")
+    if streaming and "endingoffsets" in opts:
+        raise ValueError('option "endingOffsets" is for batch reads only (spark.read)')
+    if not streaming and starting == "latest":
+        raise ValueError('startingOffsets="latest" is for streaming reads; batch reads start earlier')
+    if ending == "earliest":
+        raise ValueError('endingOffsets="earliest" would read nothing; use "latest" or JSON offsets')
+
+    max_offsets = opts.get("maxoffsetspertrigger")
+    if max_offsets is not None:
+        try:
+            max_offsets_value = int(max_offsets)
+        except ValueError:
+            max_offsets_value = 0
+        if max_offsets_value <= 0:
+            raise ValueError(f"option maxOffsetsPerTrigger={max_offsets!r} must be a positive integer")
+    else:
+        max_offsets_value = None
+
+    extra = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
+    extra.pop("bootstrap.servers", None)
+    return SourceOptions(
+        bootstrap=bootstrap,
+        subscribe=subscribe,
+        subscribe_pattern=pattern,
+        assign=assign,
+        starting_offsets=starting,
+        ending_offsets=ending,
+        max_offsets_per_trigger=max_offsets_value,
+        isolation_level=isolation_level_for_name(
+            opts.get("isolation.level", opts.get("kafka.isolation.level", "read_committed"))
+        ),
+        client_id=extra.get("client.id", "onceflow-spark"),
+        extra=extra,
+    )
+
+
+AT_LEAST_ONCE = "at-least-once"
+EXACTLY_ONCE = "exactly-once"
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    bootstrap: str
+    topic: str | None = None  # None: every row names its topic in a ``topic`` column
+    guarantee: str = EXACTLY_ONCE
+    transactional_id_prefix: str | None = None  # None: derived from the streaming query's id
+    client_id: str = "onceflow-spark-sink"
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    """Validate the options of a write; raises ValueError naming the bad option and a fix."""
+    opts = _lower_keys(options)
+    bootstrap = opts.get("kafka.bootstrap.servers")
+    if not bootstrap:
+        raise ValueError('option "kafka.bootstrap.servers" is required, e.g. 127.0.0.1:9092')
+    guarantee = opts.get("guarantee", EXACTLY_ONCE).strip().lower()
+    if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
+        raise ValueError(f"option guarantee={guarantee!r}: use {EXACTLY_ONCE!r} or {AT_LEAST_ONCE!r}")
+    extra = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
+    extra.pop("bootstrap.servers", None)
+    return SinkOptions(
+        bootstrap=bootstrap,
+        topic=opts.get("topic") or None,
+        guarantee=guarantee,
+        transactional_id_prefix=opts.get("transactional.id.prefix") or None,
+        client_id=extra.get("client.id", "onceflow-spark-sink"),
+        extra=extra,
+    )

@@ -1,0 +1,179 @@
+"""The onceflow sink: ``df.writeStream.format("onceflow")``.
+
+Rows come in as Arrow batches with Spark's Kafka-sink columns: ``value`` (required, binary or
+string), optional ``key``, ``topic`` (the ``topic`` option overrides it, as in Spark's Kafka sink),
+``partition`` and ``headers``. Two guarantees:
+
+- ``exactly-once`` (default): each task writes inside a transaction and skips a batch it already
+  committed (see :mod:`onceflow.spark.exactly_once` for the protocol and its contract);
+- ``at-least-once``: a plain producer, like Spark's own Kafka sink. A batch replayed after a crash
+  is written again, so the output can hold duplicates. It exists as a baseline and for speed.
+
+The driver's ``commit`` checks that every task reported; Spark then writes the batch to its commit
+log. ``abort`` only logs: a failed task's open transaction is aborted by the next attempt's
+``init_transactions`` or by ``transaction.timeout.ms``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from onceflow.client import SimpleClient
+from onceflow.spark.exactly_once import OutputRecord, TaskOutcome, transactional_id_for, write_exactly_once
+from onceflow.spark.options import AT_LEAST_ONCE, SinkOptions
+
+log = logging.getLogger(__name__)
+
+__all__ = ["OnceflowStreamWriter", "SinkCommitMessage", "SinkIncomplete", "output_records"]
+
+PRODUCE_CHUNK = 20000  # records handed to the producer per call (bounds the task's memory)
+
+
+class SinkIncomplete(RuntimeError):
+    """The driver's commit found a task that did not report; the batch must not be committed."""
+
+
+@dataclass(frozen=True)
+class SinkCommitMessage(WriterCommitMessage):
+    partition_id: int
+    attempt: int
+    batch_id: int
+    records: int
+    skipped: bool = False
+
+
+def _as_binary(column: pa.Array | pa.ChunkedArray) -> list:
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = pc.cast(column, pa.binary())
+    return column.to_pylist()
+
+
+def output_records(batch: pa.RecordBatch, topic_option: str | None) -> Iterator[OutputRecord]:
+    """The records one Arrow batch asks the sink to write, in row order."""
+    names = set(batch.schema.names)
+    if "value" not in names:
+        raise ValueError('the sink needs a "value" column (binary or string); alias one with .alias("value")')
+    n = batch.num_rows
+    values = _as_binary(batch.column("value"))
+    keys = _as_binary(batch.column("key")) if "key" in names else [None] * n
+    if topic_option is not None:
+        topics = [topic_option] * n
+    elif "topic" in names:
+        topics = batch.column("topic").to_pylist()
+    else:
+        raise ValueError('say where to write: option "topic" or a "topic" column')
+    partitions = batch.column("partition").to_pylist() if "partition" in names else [None] * n
+    if "headers" in names:
+        headers = [
+            [(h["key"], h["value"]) for h in row] if row else ()
+            for row in batch.column("headers").to_pylist()
+        ]
+    else:
+        headers = [()] * n
+    for i in range(n):
+        if topics[i] is None:
+            raise ValueError(f"row {i} has a null topic")
+        yield OutputRecord(topics[i], keys[i], values[i], headers[i], partitions[i])
+
+
+def _produce_at_least_once(options: SinkOptions, records: Iterable[OutputRecord]) -> int:
+    """Plain produce: every record at least once (acks=all), grouped by topic and partition."""
+    acks = int(options.extra.get("acks", "-1").replace("all", "-1"))
+    compression = options.extra.get("compression.type", "none")
+    count = 0
+    pending: dict[tuple[str, int | None], list[tuple]] = {}
+    with SimpleClient(options.bootstrap, client_id=options.client_id) as client:
+
+        def flush(target: tuple[str, int | None]) -> None:
+            topic, partition = target
+            client.produce(
+                topic, pending.pop(target), partition=partition, acks=acks, compression=compression
+            )
+
+        buffered = 0
+        for record in records:
+            pending.setdefault((record.topic, record.partition), []).append(
+                (record.key, record.value, record.headers)
+            )
+            count += 1
+            buffered += 1
+            if buffered >= PRODUCE_CHUNK:
+                for target in list(pending):
+                    flush(target)
+                buffered = 0
+        for target in list(pending):
+            flush(target)
+    return count
+
+
+def _make_transactional_writer(options: SinkOptions, transactional_id: str, default_topic: str | None):
+    """The client-backed :class:`~onceflow.spark.exactly_once.TransactionalWriter`."""
+    raise NotImplementedError(
+        "the exactly-once onceflow sink needs the onceflow client's transactional producer, which "
+        "has not landed yet; use .option('guarantee', 'at-least-once') for now"
+    )
+
+
+class OnceflowStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def _sink_id(self, context: TaskContext) -> str:
+        if self.options.transactional_id_prefix:
+            return self.options.transactional_id_prefix
+        # The query id survives restarts from the same checkpoint, so the ids stay stable.
+        return f"onceflow-sink-{context.getLocalProperty('sql.streaming.queryId')}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        context = TaskContext.get()
+        batch_id = int(context.getLocalProperty("streaming.sql.batchId") or -1)
+        partition_id = context.partitionId()
+        records = (r for batch in iterator for r in output_records(batch, self.options.topic))
+        if self.options.guarantee == AT_LEAST_ONCE:
+            outcome = TaskOutcome(_produce_at_least_once(self.options, records), skipped=False)
+        else:
+            transactional_id = transactional_id_for(self._sink_id(context), partition_id)
+            writer = _make_transactional_writer(self.options, transactional_id, self.options.topic)
+            try:
+                outcome = write_exactly_once(writer, batch_id, records)
+            finally:
+                writer.close()
+        log.info(
+            "sink task %d (attempt %d) batch %d: %d records%s",
+            partition_id,
+            context.attemptNumber(),
+            batch_id,
+            outcome.records,
+            " (already committed, skipped)" if outcome.skipped else "",
+        )
+        return SinkCommitMessage(
+            partition_id, context.attemptNumber(), batch_id, outcome.records, outcome.skipped
+        )
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        missing = [i for i, m in enumerate(messages) if not isinstance(m, SinkCommitMessage)]
+        if missing:
+            raise SinkIncomplete(f"batch {batchId}: tasks {missing} did not report; not committing the batch")
+        stale = [m.partition_id for m in messages if m.batch_id not in (batchId, -1)]
+        if stale:
+            raise SinkIncomplete(f"batch {batchId}: tasks {stale} reported another batch id")
+        written = sum(m.records for m in messages)
+        skipped = sum(1 for m in messages if m.skipped)
+        log.info(
+            "batch %d committed: %d records from %d tasks (%d skipped)",
+            batchId,
+            written,
+            len(messages),
+            skipped,
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        reported = sum(1 for m in messages if m is not None)
+        log.warning("batch %d aborted (%d of %d tasks had reported)", batchId, reported, len(messages))
