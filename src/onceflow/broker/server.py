@@ -149,19 +149,16 @@ class Broker:
                         return
                     if isinstance(event, UnsupportedApiVersionsRequest):
                         api = self.supported[API_VERSIONS_KEY]
-                        await pending.put(
-                            bytes(
-                                apis.unsupported_api_versions_response(
-                                    event.correlation_id, api.min_version, api.max_version
-                                )
-                            )
+                        answer = apis.unsupported_api_versions_response(
+                            event.correlation_id, api.min_version, api.max_version
                         )
+                        await _enqueue(pending, bytes(answer), responder)
                         continue
                     assert isinstance(event, RequestReceived)
                     request_task = asyncio.create_task(self._dispatch(event))
                     in_flight.append(request_task)
                     request_task.add_done_callback(in_flight.remove)
-                    await pending.put(request_task)
+                    await _enqueue(pending, request_task, responder)
         except (ConnectionError, OSError) as exc:
             log.debug("connection from %s ended: %r", peer, exc)
         finally:
@@ -221,6 +218,19 @@ class Broker:
         if response is None:
             return None
         return apis.encode_response(response, header.correlation_id, header.api_version)
+
+
+async def _enqueue(pending: asyncio.Queue, item: object, responder: asyncio.Task[None]) -> None:
+    """Queue ``item`` for the responder, waiting while the queue is full (backpressure on reading),
+    but never after the responder has stopped: then nobody would ever make room."""
+    if not pending.full():
+        pending.put_nowait(item)
+        return
+    put = asyncio.ensure_future(pending.put(item))
+    await asyncio.wait({put, responder}, return_when=asyncio.FIRST_COMPLETED)
+    if not put.done():
+        put.cancel()
+        raise ConnectionResetError("the connection's responder stopped")
 
 
 async def _serve_until_signalled(config: BrokerConfig) -> None:
