@@ -57,6 +57,9 @@ def test_topic_manager_lifecycle_and_persistence(tmp_path):
     assert topics.get_by_id(created.topic_id) is created
     with pytest.raises(TopicAlreadyExists):
         topics.create_topic("t", 1)
+    topics.create_topic("a.b", 1)
+    with pytest.raises(InvalidTopic, match="collides"):
+        topics.create_topic("a_b", 1)
     with pytest.raises(InvalidConfig):
         topics.create_topic("u", 1, {"retention.ms": "never"})
     with pytest.raises(InvalidPartitions):
@@ -67,7 +70,7 @@ def test_topic_manager_lifecycle_and_persistence(tmp_path):
     internal = topics.create_topic("__consumer_offsets", 1)
     assert internal.internal
     doc = json.loads((tmp_path / "topics.json").read_text())
-    assert {t["name"]: t["partitions"] for t in doc["topics"]} == {"t": 3, "__consumer_offsets": 1}
+    assert {t["name"]: t["partitions"] for t in doc["topics"]} == {"t": 3, "a.b": 1, "__consumer_offsets": 1}
     assert not list(tmp_path.glob("*.tmp"))
     topics.close()
 

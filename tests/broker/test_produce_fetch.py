@@ -231,6 +231,7 @@ def test_fetch_limits_sessions_ids_and_errors(tmp_path, log_opener):
             # Offsets out of range.
             response = await client.request(fetch_request("t", {0: 99}), 12)
             assert fetched(response).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+            assert fetched(response).high_watermark == -1
             # Topic ids (v13+).
             response = await client.request(fetch_request("", {0: 0}, topic_id=topic.topic_id), 13)
             assert response.responses[0].topic_id == topic.topic_id

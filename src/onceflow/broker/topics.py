@@ -246,6 +246,11 @@ class TopicManager:
         validate_topic_name(name)
         if name in self._topics:
             raise TopicAlreadyExists(f"topic {name!r} already exists")
+        # Kafka's metric names map '.' to '_', so names equal up to that swap may not coexist.
+        collision_key = name.replace(".", "_")
+        for existing in self._topics:
+            if existing.replace(".", "_") == collision_key:
+                raise InvalidTopic(f"topic {name!r} collides with existing topic {existing!r}")
         if num_partitions < 1:
             raise InvalidPartitions(f"number of partitions must be at least 1, not {num_partitions}")
         overrides = {k: v for k, v in (configs or {}).items() if v is not None}

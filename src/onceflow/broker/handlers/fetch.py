@@ -99,7 +99,6 @@ class _FetchPass:
     def _read(self, partition: Partition, part_req, limit: int, read_committed: bool) -> _PartitionData:
         plog = partition.log
         upper = plog.last_stable_offset if read_committed else plog.high_watermark
-        code = ErrorCode.NONE
         records = b""
         try:
             if limit > 0 or self.bytes_read == 0:
@@ -110,10 +109,11 @@ class _FetchPass:
                     min_one_batch=self.bytes_read == 0,  # KIP-74: only the first partition with data
                 )
         except KafkaError as exc:
-            code = error_code_for(exc)
+            # Kafka answers a failed read without offsets (-1), only the error.
+            return _error_partition(part_req.partition, error_code_for(exc))
         return _PartitionData(
             partition_index=part_req.partition,
-            error_code=int(code),
+            error_code=0,
             high_watermark=plog.high_watermark,
             last_stable_offset=plog.last_stable_offset,
             log_start_offset=plog.log_start_offset,
