@@ -10,6 +10,12 @@ then validates every producer batch (epoch, sequence) before the write, and appl
 Snapshots are taken at each segment roll and at ``close()``; ``open()`` loads the newest valid one and
 replays only the log after it, so a restart never forgets a duplicate it would have caught before.
 
+Transactions: the producer state knows the first offset of every open transaction; the last stable
+offset (LSO) is the oldest of them, else the high watermark. When a marker completes a transaction it
+is closed in the producer state and, if aborted, recorded in the ``.txnindex`` of the segment that
+holds the marker (``txn_index``); ``collect_aborted_transactions`` answers read_committed fetches from
+those indexes. Replay after a crash rebuilds the index entries of the replayed range.
+
 Durability: an append is acknowledged once ``os.write`` returned, i.e. the bytes are in the OS page
 cache, which survives ``kill -9`` of the process; ``flush()`` fsyncs. ``close()`` leaves a
 ``.clean_shutdown`` marker; ``open()`` removes it, and without it CRC-scans the active segment (and any
@@ -41,9 +47,18 @@ from onceflow.log.producer_append import (
     replay_producer_batches,
     validate_producer_batches,
 )
+from onceflow.log.producer_entry import CompletedTxn
 from onceflow.log.producer_snapshot import delete_snapshots_before
 from onceflow.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
-from onceflow.log.segment import INDEX_SUFFIX, LOG_SUFFIX, NO_TIMESTAMP, TIME_INDEX_SUFFIX, LogSegment
+from onceflow.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    NO_TIMESTAMP,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    segment_file_name,
+)
+from onceflow.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 from onceflow.protocol import records
 from onceflow.protocol.errors import InvalidRecord, MessageTooLarge, OffsetOutOfRange, RecordListTooLarge
 from onceflow.protocol.records import BatchHeader
@@ -84,6 +99,10 @@ class Log:
         self._unflushed: set[LogSegment] = set(segments[-1:])
         self._closed = False
         self.producer_state = producer_state
+        # Aborted transactions per segment (by base offset), in each segment's .txnindex.
+        self._txn_indexes = {
+            segment.base_offset: self._open_txn_index(segment.base_offset) for segment in segments
+        }
 
     # --- opening and recovery ---
 
@@ -140,9 +159,12 @@ class Log:
         many producer batches were replayed."""
         end = self.log_end_offset
         replayed = 0
+        # The aborted-transaction index is rebuilt for the replayed part, never trusted there.
+        for index in self._txn_indexes.values():
+            index.truncate_to(replay_from)
         if replay_from < end:
             batches = self.iter_batches(max(replay_from, self.log_start_offset))
-            replayed = replay_producer_batches(self.producer_state, batches, replay_from)
+            replayed = replay_producer_batches(self.producer_state, batches, replay_from, self._complete_txn)
         self.producer_state.update_map_end_offset(end)
         return replayed
 
@@ -162,7 +184,11 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark  # until transactions keep it back
+        """The first offset of the oldest open transaction, else the high watermark: read_committed
+        consumers read below it."""
+        first_unstable = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first_unstable is None else min(first_unstable, hw)
 
     @property
     def size_in_bytes(self) -> int:
@@ -226,10 +252,39 @@ class Log:
             active.created_ms = now
         active.append(buf, infos)
         self._unflushed.add(active)
-        # The transactions work writes the txn index for these completed transactions, then
-        # calls state.complete_txn(txn) for each.
-        apply_producer_appends(state, producer_appends, self.log_end_offset)
+        for completed in apply_producer_appends(state, producer_appends, self.log_end_offset):
+            self._complete_txn(completed)
         return AppendResult(first_offset, last_offset, append_time, self.log_start_offset)
+
+    def _complete_txn(self, completed: CompletedTxn) -> None:
+        """A marker ended a transaction: close it in the producer state and, if it was aborted, index it
+        in the segment holding the marker, with the LSO as it stands once it is closed (Kafka's rule)."""
+        state = self.producer_state
+        state.complete_txn(completed)
+        if not completed.is_aborted:
+            return
+        first_unstable = state.first_unstable_offset()
+        lso = completed.last_offset + 1 if first_unstable is None else first_unstable
+        base = self._bases[max(bisect_right(self._bases, completed.last_offset) - 1, 0)]
+        self._txn_indexes[base].append(
+            AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+        )
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[fetch_offset, upper_bound_offset)`` (Fetch read_committed):
+        searched from the segment holding ``fetch_offset``, since a transaction overlapping the range
+        has its marker at or after it."""
+        found: list[AbortedTxn] = []
+        first = max(bisect_right(self._bases, fetch_offset) - 1, 0)
+        for base in self._bases[first:]:
+            entries, complete = self._txn_indexes[base].collect(fetch_offset, upper_bound_offset)
+            found.extend(entries)
+            if complete:
+                break
+        return found
+
+    def _open_txn_index(self, base_offset: int) -> TransactionIndex:
+        return TransactionIndex(self.directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX))
 
     def _check_sizes(self, batches: list[tuple[BatchHeader, memoryview]]) -> int:
         total = 0
@@ -304,6 +359,7 @@ class Log:
         )
         self._segments.append(segment)
         self._bases.append(base_offset)
+        self._txn_indexes[base_offset] = self._open_txn_index(base_offset)
         self._unflushed.add(segment)
         log.info(
             "rolled %s: new segment at offset %d (previous %d bytes)",
@@ -342,6 +398,7 @@ class Log:
             self._bases.pop(0)
             self._unflushed.discard(segment)
             segment.delete()
+            self._txn_indexes.pop(segment.base_offset).delete()
             count += 1
             log.info(
                 "retention deleted segment %s of %s; log start offset now %d",
@@ -361,12 +418,15 @@ class Log:
             self._bases.pop()
             self._unflushed.discard(segment)
             segment.delete()
+            self._txn_indexes.pop(segment.base_offset).delete()
         if not self._segments:
             segment = LogSegment.open(
                 self.directory, offset, self.config.index_interval_bytes, now, recover=False
             )
             self._segments.append(segment)
             self._bases.append(offset)
+            self._txn_indexes[offset] = self._open_txn_index(offset)
+        self._txn_indexes[self._bases[-1]].truncate_to(offset)
         self._segments[-1].truncate_to(offset)
         self._unflushed.add(self._segments[-1])
         # Producer state may describe batches that are gone: reload from a snapshot not beyond the new
@@ -435,6 +495,7 @@ class Log:
         """fsync every segment written since the last flush, with its indexes, and the directory."""
         for segment in list(self._unflushed):
             segment.flush()
+            self._txn_indexes[segment.base_offset].flush()
         self._unflushed = {self._segments[-1]}
         _fsync_directory(self.directory)
 
@@ -447,6 +508,8 @@ class Log:
         self.producer_state.take_snapshot(self.directory)
         for segment in self._segments:
             segment.close()
+        for index in self._txn_indexes.values():
+            index.close()
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         marker.touch()
         _fsync_directory(self.directory)
@@ -457,12 +520,16 @@ class Log:
         (for fault injection and tests; the next open recovers as after ``kill -9``)."""
         for segment in self._segments:
             segment.close()
+        for index in self._txn_indexes.values():
+            index.close()
         self._closed = True
 
     def delete(self) -> None:
         """Close the files and remove the partition directory."""
         for segment in self._segments:
             segment.close()
+        for index in self._txn_indexes.values():
+            index.close()
         self._closed = True
         shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -486,7 +553,7 @@ def _remove_leftovers(directory: Path, bases: set[int]) -> None:
         if name.endswith(".tmp"):
             path.unlink(missing_ok=True)
             continue
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             stem = name[: -len(suffix)]
             if name.endswith(suffix) and stem.isdigit() and int(stem) not in bases:
                 path.unlink(missing_ok=True)

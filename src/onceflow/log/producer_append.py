@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from onceflow.log.append_origin import AppendOrigin
@@ -83,12 +83,19 @@ def apply_producer_appends(
     return list(appends.completed_txns)
 
 
-def replay_producer_batches(state: ProducerStateManager, batches: Iterable[Batch], from_offset: int) -> int:
+def replay_producer_batches(
+    state: ProducerStateManager,
+    batches: Iterable[Batch],
+    from_offset: int,
+    complete_txn: Callable[[CompletedTxn], None] | None = None,
+) -> int:
     """Rebuild producer state from stored batches at or after ``from_offset``; returns how many were used.
 
     Each batch is applied on its own, as in Kafka's recovery, and completed transactions are closed at
-    once (the transaction index is rebuilt by its own recovery).
+    once through ``complete_txn`` (default ``state.complete_txn``; ``Log`` passes its own, which also
+    rebuilds the transaction index).
     """
+    complete = complete_txn or state.complete_txn
     used = 0
     for header, view in batches:
         if header.last_offset < from_offset:
@@ -99,7 +106,7 @@ def replay_producer_batches(state: ProducerStateManager, batches: Iterable[Batch
                 state, appends, header, view, header.base_offset, AppendOrigin.REPLICATION, append_time_ms=-1
             )
             for completed in apply_producer_appends(state, appends, header.last_offset + 1):
-                state.complete_txn(completed)
+                complete(completed)
             used += 1
         else:
             state.update_map_end_offset(header.last_offset + 1)
