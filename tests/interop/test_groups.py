@@ -44,12 +44,14 @@ def group_broker(tmp_path_factory):
 class Member:
     """One worker process and what it reported."""
 
-    def __init__(self, client: str, bootstrap: str, topic: str, group: str, strategy: str = "range"):
+    def __init__(
+        self, client: str, bootstrap: str, topic: str, group: str, strategy: str = "range,roundrobin"
+    ):
         self.client = client
         self.proc = subprocess.Popen(
             [sys.executable, str(WORKER), client, bootstrap, topic, group, strategy],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=None if os.environ.get("GROUP_WORKER_STDERR") else subprocess.DEVNULL,
             text=True,
             cwd=ROOT,
             start_new_session=True,
@@ -211,7 +213,8 @@ def test_committed_offsets_survive_broker_kill9(tmp_path):
         proc.restart()
         bootstrap = proc.bootstrap
         assert committed(bootstrap, group, topic) == {p: 100 + p for p in range(PARTITIONS)}
-        groups = AdminClient({"bootstrap.servers": bootstrap}).list_consumer_groups().result(15)
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+        groups = admin.list_consumer_groups().result(15)
         assert group in {g.group_id for g in groups.valid}
     finally:
         proc.stop()

@@ -16,7 +16,7 @@ REQUEST = DescribeGroupsRequest
 _Group = DescribeGroupsResponse.DescribedGroup
 _Member = _Group.DescribedGroupMember
 # Kafka's "authorized operations not requested" marker.
-_NOT_REQUESTED = -2147483648
+_NOT_REQUESTED = None  # kafka-python encodes None as the -2^31 sentinel
 
 
 def _describe(ctx: RequestContext, group_id: str) -> _Group:
