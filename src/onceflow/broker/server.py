@@ -33,7 +33,9 @@ from onceflow.broker.context import BrokerServices, CloseConnection, RequestCont
 from onceflow.broker.faults import Faults
 from onceflow.broker.group.service import start_group_coordinator
 from onceflow.broker.handlers import HANDLERS
+from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.topics import TopicManager
+from onceflow.broker.txn.pid_manager import ProducerIdManager
 from onceflow.protocol import apis
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ class Broker:
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._housekeeping: asyncio.Task[None] | None = None
+        self._producer_expiry: asyncio.Task[None] | None = None
         self.port = config.port
 
     async def start(self) -> None:
@@ -83,18 +86,23 @@ class Broker:
             advertised_host=self.config.host,
             advertised_port=self.port,
             groups=start_group_coordinator(self.config, self.topics),
+            # The one producer-id allocator of this data dir (InitProducerId; the transaction
+            # coordinator must use this same instance, or ids could repeat).
+            producer_ids=ProducerIdManager(self.config.data_dir),
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
+        self._producer_expiry = asyncio.create_task(run_producer_expiry(self.topics), name="producer-expiry")
         log.info("onceflow broker listening on %s:%d", self.config.host, self.port)
 
     async def stop(self) -> None:
         """Stop accepting, drop connections, flush and close every log."""
         if self._server is not None:
             self._server.close()
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._housekeeping
+        for task in (self._housekeeping, self._producer_expiry):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         # Aborting the transports ends each connection's read loop normally (cancelling the tasks
         # instead makes asyncio's stream server log them as errors).
         connections = dict(self._connections)

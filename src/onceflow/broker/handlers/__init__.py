@@ -14,9 +14,11 @@ from onceflow.broker.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_producers,
     fetch,
     find_coordinator,
     heartbeat,
+    init_producer_id,
     join_group,
     leave_group,
     list_groups,
@@ -52,4 +54,7 @@ HANDLERS = [
     list_groups,
     delete_groups,
     offset_delete,
+    # idempotent producer (issue 3)
+    init_producer_id,
+    describe_producers,
 ]

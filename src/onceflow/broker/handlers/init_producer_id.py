@@ -1,0 +1,60 @@
+"""InitProducerId (22): a producer id and epoch for an idempotent (or transactional) producer.
+
+Without a transactional id, Kafka's coordinator blindly hands out a fresh producer id at epoch 0 from
+the broker's ``ProducerIdManager`` (ids are allocated in persisted blocks, so they never repeat, also
+across restarts); the producer id and epoch a v3+ client sends (KIP-360) are ignored, as in Kafka.
+
+With a transactional id the request belongs to the transaction coordinator. Until that service is
+running (``ctx.transactions`` is None) we answer COORDINATOR_NOT_AVAILABLE: what a Kafka broker whose
+transaction coordinator is not (yet) available answers; clients treat it as retriable.
+
+v6 (two-phase commit, KIP-939) is unstable in Kafka 4 and not advertised.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+
+from onceflow.broker.context import RequestContext
+from onceflow.broker.txn.errors import wire_code
+from onceflow.broker.txn.metadata import ProducerIdAndEpoch
+from onceflow.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+API_KEY = 22
+MIN_VERSION = 0
+MAX_VERSION = 5
+REQUEST = InitProducerIdRequest
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+
+
+def _response(code: ErrorCode, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH):
+    return InitProducerIdResponse(
+        throttle_time_ms=0, error_code=int(code), producer_id=producer_id, producer_epoch=epoch
+    )
+
+
+async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
+    transactional_id = request.transactional_id
+    try:
+        if transactional_id is None:
+            producer_id = ctx.producer_ids.generate_producer_id()
+            log.info("new idempotent producer id %d (client %s)", producer_id, ctx.client_id)
+            return _response(ErrorCode.NONE, producer_id, 0)
+        if ctx.transactions is None:
+            return _response(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        expected = None
+        if ctx.api_version >= 3 and request.producer_id != NO_PRODUCER_ID:
+            expected = ProducerIdAndEpoch(request.producer_id, request.producer_epoch)
+        result = await ctx.transactions.coordinator.init_producer_id(
+            transactional_id, request.transaction_timeout_ms, expected
+        )
+    except KafkaError as exc:
+        log.debug("InitProducerId(%r) failed: %s", transactional_id, exc)
+        return _response(wire_code(exc, API_KEY, ctx.api_version))
+    return _response(ErrorCode.NONE, result.producer_id, result.producer_epoch)
