@@ -8,8 +8,8 @@ import pytest
 
 from onceflow.broker.group.config import GroupCoordinatorConfig
 from onceflow.broker.group.coordinator import GroupCoordinator
-from onceflow.broker.group.membership import JoinRequest, JoinResult, SyncResult
 from onceflow.broker.group.persistence import InMemoryOffsetsTopic
+from onceflow.broker.group.requests import JoinRequest, JoinResult, SyncResult
 from onceflow.broker.group.scheduler import ManualScheduler
 from onceflow.protocol.errors import ErrorCode
 

@@ -13,18 +13,12 @@ from collections.abc import Callable, Iterable
 
 from onceflow.broker.group import log_format as fmt
 from onceflow.broker.group.config import GroupCoordinatorConfig
-from onceflow.broker.group.membership import (
-    JoinCallback,
-    JoinRequest,
-    JoinResult,
-    Membership,
-    SyncCallback,
-    SyncResult,
-)
+from onceflow.broker.group.membership import Membership
 from onceflow.broker.group.metadata import GroupMetadata
 from onceflow.broker.group.offsets import CommittedOffset, OffsetStore, TopicPartition
 from onceflow.broker.group.persistence import OffsetsTopic, Record
 from onceflow.broker.group.replay import replay_partition
+from onceflow.broker.group.requests import JoinCallback, JoinRequest, JoinResult, SyncCallback, SyncResult
 from onceflow.broker.group.scheduler import Scheduler, TimerHandle
 from onceflow.broker.group.state import GroupEvent, GroupState
 from onceflow.broker.group.subscriptions import subscribed_topics

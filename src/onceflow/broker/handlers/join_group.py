@@ -9,7 +9,7 @@ from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.handler_support import CLIENT_HOST, await_callback, no_coordinator
-from onceflow.broker.group.membership import JoinRequest, JoinResult
+from onceflow.broker.group.requests import JoinRequest, JoinResult
 from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 11

@@ -6,7 +6,7 @@ from kafka.protocol.consumer.group import SyncGroupRequest, SyncGroupResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.handler_support import await_callback, no_coordinator
-from onceflow.broker.group.membership import SyncResult
+from onceflow.broker.group.requests import SyncResult
 from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 14
