@@ -43,6 +43,9 @@ class FakeLog:
             self.log_end_offset += header.last_offset_delta + 1
         return FakeAppendResult(base, self.log_end_offset - 1)
 
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list:
+        return []  # no transactions in the stand-in
+
     def read(self, offset: int, max_bytes: int, *, max_offset=None, min_one_batch=True) -> bytes:
         if not self.log_start_offset <= offset <= self.log_end_offset:
             raise OffsetOutOfRange(f"offset {offset}")

@@ -189,7 +189,7 @@ def test_add_offsets_adds_the_groups_consumer_offsets_partition():
     rig = make_rig(config=TransactionConfig(offsets_topic_num_partitions=7))
     pid = run(rig.coordinator.init_producer_id("app", T))
     run(rig.coordinator.add_offsets_to_txn("app", *_pe(pid), "my-group"))
-    expected = ("__consumer_offsets", (java_string_hash("my-group") & 0x7FFFFFFF) % 7)
+    expected = ("__consumer_offsets", abs(java_string_hash("my-group")) % 7)
     assert rig.coordinator.state.get("app").topic_partitions == {expected}
 
 

@@ -23,6 +23,12 @@ class BrokerConfig:
     message_max_bytes: int = 1048588  # message.max.bytes: default of a topic's max.message.bytes
     log_retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    # Transaction coordinator (broker/txn): Kafka's names and defaults.
+    transaction_max_timeout_ms: int = 900000  # transaction.max.timeout.ms
+    transactional_id_expiration_ms: int = 604800000  # transactional.id.expiration.ms
+    transaction_state_log_num_partitions: int = 50  # transaction.state.log.num.partitions
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
     # Fault points by name -> probability 0..1, plus parameters such as "delay-response.ms".
     faults: dict[str, float] = field(default_factory=dict)
 

@@ -23,8 +23,18 @@ DISCONNECT_AFTER_APPEND = "disconnect-after-append"
 # Produce path. Sleep ``delay-response.ms`` before sending the response.
 DELAY_RESPONSE = "delay-response"
 
+# Transaction coordinator. Exit the process (os._exit) once PrepareCommit/PrepareAbort is in
+# __transaction_state, before any marker is written: recovery must then finish the transaction.
+CRASH_AFTER_PREPARE = "crash-after-prepare"
+
 FAULT_POINTS = frozenset(
-    {DROP_REQUEST_BEFORE_APPEND, DROP_RESPONSE_AFTER_APPEND, DISCONNECT_AFTER_APPEND, DELAY_RESPONSE}
+    {
+        DROP_REQUEST_BEFORE_APPEND,
+        DROP_RESPONSE_AFTER_APPEND,
+        DISCONNECT_AFTER_APPEND,
+        DELAY_RESPONSE,
+        CRASH_AFTER_PREPARE,
+    }
 )
 DEFAULT_PARAMETERS = {"delay-response.ms": 1000.0}
 

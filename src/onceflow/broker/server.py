@@ -36,6 +36,7 @@ from onceflow.broker.handlers import HANDLERS
 from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.topics import TopicManager
 from onceflow.broker.txn.pid_manager import ProducerIdManager
+from onceflow.broker.txn.service import TransactionService
 from onceflow.protocol import apis
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,11 @@ class Broker:
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._producer_expiry = asyncio.create_task(run_producer_expiry(self.topics), name="producer-expiry")
+        transactions = TransactionService(
+            self.config, self.topics, self.services.groups, self.faults, self.services.producer_ids
+        )
+        await transactions.start()  # replays __transaction_state, finishes Prepare* transactions
+        self.services.transactions = transactions
         log.info("onceflow broker listening on %s:%d", self.config.host, self.port)
 
     async def stop(self) -> None:
@@ -116,6 +122,8 @@ class Broker:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
+        if self.services is not None and self.services.transactions is not None:
+            await self.services.transactions.stop()
         if self.services is not None and self.services.groups is not None:
             self.services.groups.shutdown()
         self.topics.flush()

@@ -6,6 +6,8 @@ ApiVersions advertises exactly this list. To add an API, write its module and ap
 """
 
 from onceflow.broker.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     api_versions,
     create_partitions,
     create_topics,
@@ -15,6 +17,8 @@ from onceflow.broker.handlers import (
     describe_configs,
     describe_groups,
     describe_producers,
+    describe_transactions,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -23,12 +27,15 @@ from onceflow.broker.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
     offset_fetch,
     produce,
     sync_group,
+    txn_offset_commit,
+    write_txn_markers,
 )
 
 HANDLERS = [
@@ -57,4 +64,12 @@ HANDLERS = [
     # idempotent producer (issue 3)
     init_producer_id,
     describe_producers,
+    # transactions (issue 4)
+    add_partitions_to_txn,
+    add_offsets_to_txn,
+    end_txn,
+    write_txn_markers,
+    txn_offset_commit,
+    describe_transactions,
+    list_transactions,
 ]

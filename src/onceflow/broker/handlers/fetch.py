@@ -36,6 +36,7 @@ READ_COMMITTED = 1
 NO_SESSION = 0
 _TopicResponse = FetchResponse.FetchableTopicResponse
 _PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
+_AbortedTxn = _PartitionData.AbortedTransaction
 
 
 def _resolve(ctx: RequestContext, topic_req, index: int) -> tuple[Partition | None, ErrorCode]:
@@ -117,11 +118,23 @@ class _FetchPass:
             high_watermark=plog.high_watermark,
             last_stable_offset=plog.last_stable_offset,
             log_start_offset=plog.log_start_offset,
-            # Aborted transactions come with the transaction index (a later issue); null means none.
-            aborted_transactions=[] if read_committed else None,
+            aborted_transactions=_aborted(plog, part_req.fetch_offset, upper, records)
+            if read_committed
+            else None,
             preferred_read_replica=-1,
             records=bytes(records),
         )
+
+
+def _aborted(plog, fetch_offset: int, upper: int, records) -> list[_AbortedTxn]:
+    """read_committed: the aborted transactions overlapping the fetched range, from the logs'
+    transaction indexes (the consumer drops their records itself)."""
+    if not records:
+        return []
+    return [
+        _AbortedTxn(producer_id=t.producer_id, first_offset=t.first_offset)
+        for t in plog.collect_aborted_transactions(fetch_offset, upper)
+    ]
 
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:

@@ -23,6 +23,11 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from onceflow.broker import faults
 from onceflow.broker.context import CloseConnection, RequestContext
+from onceflow.broker.txn.produce_guard import (
+    FIRST_TV2_PRODUCE_VERSION,
+    add_partitions_for_produce,
+    verify_transactional_append,
+)
 from onceflow.protocol.errors import ErrorCode, InvalidRecord, InvalidTopic, KafkaError, error_code_for
 from onceflow.protocol.records import validate_produce_records
 
@@ -50,7 +55,9 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> _Partitio
     )
 
 
-def _append_partition(ctx: RequestContext, topic_name: str | None, index: int, records) -> _PartitionResponse:
+def _append_partition(
+    ctx: RequestContext, topic_name: str | None, index: int, records, transactional_id: str | None = None
+) -> _PartitionResponse:
     try:
         topic = ctx.topics.get(topic_name) if topic_name is not None else None
         if topic is None:
@@ -62,6 +69,9 @@ def _append_partition(ctx: RequestContext, topic_name: str | None, index: int, r
             raise InvalidRecord(f"produce to {topic_name}-{index} has no record batch")
         # A writable copy: the log patches baseOffset (and LogAppendTime fields) in place.
         batches = validate_produce_records(bytearray(records))
+        verify_transactional_append(
+            ctx.transactions, transactional_id, topic_name, partition, batches, ctx.api_version
+        )
         result = partition.append(batches)
     except KafkaError as exc:
         log.debug("produce to %s-%d failed: %s", topic_name, index, exc)
@@ -84,6 +94,9 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
     if ctx.faults.fire(faults.DROP_REQUEST_BEFORE_APPEND):
         return None
     version = ctx.api_version
+    # KIP-890 part 2: v12+ producers leave adding partitions to the broker (see txn.produce_guard);
+    # this awaits only for a transactional request, so idempotent appends keep request order.
+    not_added = await add_partitions_for_produce(ctx, request) if version >= FIRST_TV2_PRODUCE_VERSION else {}
     responses = []
     for topic_data in request.topic_data:
         name = topic_data.name
@@ -94,7 +107,13 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
             elif request.acks not in (-1, 0, 1):
                 partitions.append(_error(data.index, ErrorCode.INVALID_REQUIRED_ACKS))
             else:
-                partitions.append(_append_partition(ctx, name, data.index, data.records))
+                rejected = not_added.get((name, data.index))
+                if rejected is not None:
+                    partitions.append(_error(data.index, rejected.code, str(rejected)))
+                    continue
+                partitions.append(
+                    _append_partition(ctx, name, data.index, data.records, request.transactional_id)
+                )
         responses.append(_TopicResponse(name=name, partition_responses=partitions))
 
     if request.acks == 0:

@@ -36,5 +36,7 @@ def java_string_hash(s: str) -> int:
 
 def partition_for_key(key: str, num_partitions: int) -> int:
     """Kafka's ``Utils.abs(key.hashCode) % n``, used for both ``__transaction_state`` and
-    ``__consumer_offsets`` (Utils.abs masks the sign bit, so MIN_VALUE maps to 0)."""
-    return (java_string_hash(key) & 0x7FFFFFFF) % num_partitions
+    ``__consumer_offsets`` (Utils.abs is Math.abs except that MIN_VALUE maps to 0; it must agree with
+    the group coordinator's ``partition_for_group``)."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions

@@ -1,0 +1,85 @@
+"""AddPartitionsToTxn (24): partitions join a producer's transaction before it writes to them.
+
+v0-3 are the client's form (one transaction). v4+ batch transactions and carry ``verify_only``
+(KIP-890 part 1: a broker asks whether a partition is already in a transaction before it accepts a
+transactional write); v4+ are meant for brokers, and a verify answers per partition without writing.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.producer import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
+
+from onceflow.broker.context import RequestContext
+from onceflow.broker.txn.errors import wire_code
+from onceflow.protocol.errors import ErrorCode, KafkaError
+
+API_KEY = 24
+MIN_VERSION = 0
+MAX_VERSION = 5
+REQUEST = AddPartitionsToTxnRequest
+FIRST_BATCHED_VERSION = 4
+
+_Result = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
+_TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+_PartitionResult = _TopicResult.AddPartitionsToTxnPartitionResult
+
+
+def _partitions(topics) -> list[tuple[str, int]]:
+    return [(t.name, p) for t in topics or [] for p in t.partitions or []]
+
+
+def _topic_results(codes: dict[tuple[str, int], ErrorCode]) -> list[_TopicResult]:
+    by_topic: dict[str, list[_PartitionResult]] = {}
+    for (topic, partition), code in codes.items():
+        by_topic.setdefault(topic, []).append(
+            _PartitionResult(partition_index=partition, partition_error_code=int(code))
+        )
+    return [_TopicResult(name=name, results_by_partition=results) for name, results in by_topic.items()]
+
+
+async def _add(ctx: RequestContext, tid: str, pid: int, epoch: int, topics, verify_only: bool):
+    wanted = _partitions(topics)
+    if ctx.transactions is None:
+        return dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    coordinator = ctx.transactions.coordinator
+    if verify_only:
+        return coordinator.verify_partitions_in_txn(tid, pid, epoch, wanted)
+    unknown = [tp for tp in wanted if not _exists(ctx, *tp)]
+    if unknown:
+        # Kafka: the unknown partitions get UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED.
+        return {
+            tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
+            for tp in wanted
+        }
+    try:
+        await coordinator.add_partitions_to_txn(tid, pid, epoch, wanted)
+    except KafkaError as exc:
+        return dict.fromkeys(wanted, wire_code(exc, API_KEY, ctx.api_version))
+    return dict.fromkeys(wanted, ErrorCode.NONE)
+
+
+def _exists(ctx: RequestContext, topic: str, partition: int) -> bool:
+    t = ctx.topics.get(topic)
+    return t is not None and 0 <= partition < len(t.partitions)
+
+
+async def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+    if ctx.api_version < FIRST_BATCHED_VERSION:
+        codes = await _add(
+            ctx,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            request.v3_and_below_topics,
+            False,
+        )
+        return AddPartitionsToTxnResponse(
+            throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(codes)
+        )
+    results = []
+    for txn in request.transactions or []:
+        codes = await _add(
+            ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, bool(txn.verify_only)
+        )
+        results.append(_Result(transactional_id=txn.transactional_id, topic_results=_topic_results(codes)))
+    return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=0, results_by_transaction=results)

@@ -1,0 +1,46 @@
+"""EndTxn (26): commit or abort the producer's transaction. The coordinator writes PrepareCommit or
+PrepareAbort, the markers and the Complete state before answering.
+
+v5 is transaction protocol v2 (KIP-890 part 2): every EndTxn bumps the epoch, and the response
+carries the producer id and epoch for the next transaction, so a late EndTxn can never end a later
+transaction (KAFKA-17754).
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.producer import EndTxnRequest, EndTxnResponse
+
+from onceflow.broker.context import RequestContext
+from onceflow.broker.txn.errors import wire_code
+from onceflow.broker.txn.metadata import TV_0, TV_2
+from onceflow.protocol.errors import ErrorCode, KafkaError
+
+API_KEY = 26
+MIN_VERSION = 0
+MAX_VERSION = 5
+REQUEST = EndTxnRequest
+FIRST_TV2_VERSION = 5
+
+
+async def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    code = ErrorCode.NONE
+    producer_id, producer_epoch = -1, -1
+    if ctx.transactions is None:
+        code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    else:
+        version = TV_2 if ctx.api_version >= FIRST_TV2_VERSION else TV_0
+        try:
+            answer = await ctx.transactions.coordinator.end_txn(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                bool(request.committed),
+                version,
+            )
+        except KafkaError as exc:
+            code = wire_code(exc, API_KEY, ctx.api_version)
+        else:
+            producer_id, producer_epoch = answer.producer_id, answer.producer_epoch
+    return EndTxnResponse(
+        throttle_time_ms=0, error_code=int(code), producer_id=producer_id, producer_epoch=producer_epoch
+    )

@@ -1,0 +1,50 @@
+"""ListTransactions (66, KIP-664): transactional ids by state, producer id and (v1+) minimum running
+duration. The v2 ``transactional_id_pattern`` filter (a regular expression, KIP-1152) is applied here."""
+
+from __future__ import annotations
+
+import re
+
+from kafka.protocol.admin import ListTransactionsRequest, ListTransactionsResponse
+
+from onceflow.broker.context import RequestContext
+from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+
+API_KEY = 66
+MIN_VERSION = 0
+MAX_VERSION = 2
+REQUEST = ListTransactionsRequest
+
+_State = ListTransactionsResponse.TransactionState
+
+
+def _response(code: ErrorCode, unknown=(), states=()) -> ListTransactionsResponse:
+    return ListTransactionsResponse(
+        throttle_time_ms=0,
+        error_code=int(code),
+        unknown_state_filters=list(unknown),
+        transaction_states=list(states),
+    )
+
+
+async def handle(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
+    if ctx.transactions is None:
+        return _response(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    duration = request.duration_filter if ctx.api_version >= 1 else -1
+    pattern = request.transactional_id_pattern if ctx.api_version >= 2 else None
+    try:
+        matcher = re.compile(pattern) if pattern else None
+    except re.error:
+        return _response(ErrorCode.INVALID_REQUEST)
+    try:
+        result = ctx.transactions.coordinator.list_transactions(
+            request.state_filters or [], request.producer_id_filters or [], duration
+        )
+    except KafkaError as exc:
+        return _response(error_code_for(exc))
+    states = [
+        _State(transactional_id=t.transactional_id, producer_id=t.producer_id, transaction_state=t.state)
+        for t in result.transactions
+        if matcher is None or matcher.fullmatch(t.transactional_id)
+    ]
+    return _response(ErrorCode.NONE, result.unknown_state_filters, states)

@@ -1,0 +1,110 @@
+"""TxnOffsetCommit (28): a transactional producer commits a consumer group's offsets inside its
+transaction (``sendOffsetsToTransaction``). The offsets are written to ``__consumer_offsets`` as the
+producer's transactional batch and stay pending until the commit marker (an abort drops them).
+
+Checks, in Kafka's order: the producer's transaction must hold the group's ``__consumer_offsets``
+partition (AddOffsetsToTxn; with v5, transaction protocol v2, it is added here implicitly); then
+KIP-447 fencing on the group (v3+: a member of an old generation gets ILLEGAL_GENERATION, a replaced
+static member FENCED_INSTANCE_ID, an unknown one UNKNOWN_MEMBER_ID).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+
+from onceflow.broker.context import RequestContext
+from onceflow.broker.group.coordinator import OffsetCommitEntry
+from onceflow.broker.txn.config import CONSUMER_OFFSETS_TOPIC
+from onceflow.broker.txn.errors import fenced_error_code, wire_code
+from onceflow.broker.txn.metadata import TV_2
+from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+
+log = logging.getLogger(__name__)
+
+API_KEY = 28
+MIN_VERSION = 0
+MAX_VERSION = 5
+REQUEST = TxnOffsetCommitRequest
+FIRST_MEMBER_VERSION = 3  # generation, member id and instance id (KIP-447)
+FIRST_TV2_VERSION = 5
+
+_Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+_Partition = _Topic.TxnOffsetCommitResponsePartition
+
+
+async def _check_transaction(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
+    if ctx.transactions is None:
+        return ErrorCode.NONE  # no transaction coordinator here: nothing to verify against
+    coordinator = ctx.transactions.coordinator
+    tid, pid, epoch = request.transactional_id, request.producer_id, request.producer_epoch
+    if ctx.api_version >= FIRST_TV2_VERSION:
+        try:
+            await coordinator.add_offsets_to_txn(tid, pid, epoch, request.group_id, TV_2)
+        except KafkaError as exc:
+            return wire_code(exc, API_KEY, ctx.api_version)
+        return ErrorCode.NONE
+    partition = ctx.groups.partition_for(request.group_id)
+    code = coordinator.verify_partitions_in_txn(tid, pid, epoch, [(CONSUMER_OFFSETS_TOPIC, partition)])[
+        (CONSUMER_OFFSETS_TOPIC, partition)
+    ]
+    if code == ErrorCode.TRANSACTION_ABORTABLE:
+        return ErrorCode.INVALID_TXN_STATE  # not added with AddOffsetsToTxn first (KIP-890 part 1)
+    if code == ErrorCode.PRODUCER_FENCED:
+        return fenced_error_code(API_KEY, ctx.api_version)
+    return code
+
+
+async def _commit(ctx: RequestContext, request: TxnOffsetCommitRequest, offsets) -> tuple[ErrorCode, dict]:
+    if ctx.groups is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
+    code = await _check_transaction(ctx, request)
+    if code is not ErrorCode.NONE:
+        return code, {}
+    if ctx.api_version >= FIRST_MEMBER_VERSION:
+        code = ctx.groups.check_txn_member(
+            request.group_id, request.member_id, request.group_instance_id, request.generation_id
+        )
+        if code is not ErrorCode.NONE:
+            return code, {}
+    try:
+        return ErrorCode.NONE, ctx.groups.commit_txn_offsets(
+            request.group_id, request.producer_id, request.producer_epoch, offsets
+        )
+    except KafkaError as exc:
+        return error_code_for(exc), {}
+    except OSError:
+        log.exception("transactional offset commit of group %s failed", request.group_id)
+        return ErrorCode.KAFKA_STORAGE_ERROR, {}
+
+
+async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    offsets = {
+        (t.name, p.partition_index): OffsetCommitEntry(
+            offset=p.committed_offset,
+            leader_epoch=p.committed_leader_epoch if ctx.api_version >= 2 else -1,
+            metadata=p.committed_metadata,
+        )
+        for t in request.topics or []
+        for p in t.partitions or []
+    }
+    top, per_partition = await _commit(ctx, request, offsets)
+    topics = [
+        _Topic(
+            name=t.name,
+            partitions=[
+                _Partition(
+                    partition_index=p.partition_index,
+                    error_code=int(
+                        top
+                        if top is not ErrorCode.NONE
+                        else per_partition.get((t.name, p.partition_index), 0)
+                    ),
+                )
+                for p in t.partitions or []
+            ],
+        )
+        for t in request.topics or []
+    ]
+    return TxnOffsetCommitResponse(throttle_time_ms=0, topics=topics)
