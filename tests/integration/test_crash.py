@@ -88,7 +88,9 @@ def _read_partition(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
 def test_acknowledged_records_survive_kill9(broker, unique_topic):
     create_topic(broker.bootstrap, unique_topic)
     rng = random.Random(SEED)
-    kill_points = sorted(rng.sample(range(RECORDS // 10, RECORDS * 9 // 10), KILLS))
+    # Seeded kill points, spread out: one in each equal slice of 5%..85% of the records.
+    slice_len = RECORDS * 80 // 100 // KILLS
+    kill_points = [RECORDS * 5 // 100 + k * slice_len + rng.randrange(slice_len) for k in range(KILLS)]
     acked: dict[int, int] = {}  # seq -> offset
     failed: dict[int, str] = {}
 
@@ -104,9 +106,11 @@ def test_acknowledged_records_survive_kill9(broker, unique_topic):
     producing.set()
 
     def killer() -> None:
-        """Kill when the acks pass each seeded point, after a random few ms: mid-stream, mid-request."""
+        """Kill as the stream passes each seeded point, after a random few ms: mid-stream, mid-request."""
+        acked_at_restart = 0
         for point in kill_points:
-            while len(acked) < point and producing.is_set():
+            # Past the point (acked or failed) and acks flowing again since the last restart.
+            while (len(acked) + len(failed) < point or len(acked) <= acked_at_restart) and producing.is_set():
                 time.sleep(0.002)
             if not producing.is_set():
                 return
@@ -114,6 +118,7 @@ def test_acknowledged_records_survive_kill9(broker, unique_topic):
             kills.append((len(acked), submitted))
             broker.kill9()
             broker.restart()
+            acked_at_restart = len(acked)
 
     producer = _producer(broker.bootstrap)
     submitted = 0
