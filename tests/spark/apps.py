@@ -1,0 +1,10 @@
+"""Pipeline functions the Spark tests run through ``--app tests.spark.apps:NAME``."""
+
+from __future__ import annotations
+
+from pyspark.sql import functions as F
+
+
+def upper_values(df):
+    """Deterministic per-record map: key kept, value upper-cased."""
+    return df.select(F.col("key"), F.upper(F.col("value").cast("string")).alias("value"))
