@@ -313,8 +313,8 @@ class GroupCoordinator:
         is for the caller to check with :meth:`check_txn_member` first."""
         self._check_loaded()
         now = self._scheduler.now_ms()
-        group = self._groups.setdefault(group_id, GroupMetadata(group_id, now))
-        del group  # the group exists from now on, so ListGroups shows it
+        if group_id not in self._groups:  # the group exists from now on, so ListGroups shows it
+            self._groups[group_id] = GroupMetadata(group_id, now)
         results: dict[TopicPartition, ErrorCode] = {}
         records: list[Record] = []
         accepted = {}
