@@ -8,6 +8,7 @@ from onceflow import __version__
 from onceflow.cli.consume import consume
 from onceflow.cli.dump_log import dump_log
 from onceflow.cli.groups import groups
+from onceflow.cli.pipeline import pipeline
 from onceflow.cli.produce import produce
 from onceflow.cli.quickstart import quickstart
 from onceflow.cli.serve import serve
@@ -20,7 +21,7 @@ def cli():
     """onceflow: exactly-once event streaming (a Kafka-protocol broker, client and tools)."""
 
 
-for command in (serve, topics, produce, consume, dump_log, quickstart, groups):
+for command in (serve, topics, produce, consume, dump_log, quickstart, groups, pipeline):
     cli.add_command(command)
 
 
