@@ -1,0 +1,131 @@
+"""Consumer configuration: Kafka's names and defaults, checked when the consumer is built.
+
+Fields are Kafka's config names in snake case (``group.id`` → ``group_id``). :meth:`ConsumerConfig.from_dict`
+takes Kafka's dotted names as a Java or librdkafka user would write them, so configs carry over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from onceflow.protocol.errors import InvalidConfig
+
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
+KNOWN_ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
+
+
+@dataclass(slots=True)
+class ConsumerConfig:
+    bootstrap_servers: str = "127.0.0.1:9092"
+    client_id: str = "onceflow-consumer"
+    group_id: str | None = None
+    group_instance_id: str | None = None
+    auto_offset_reset: str = "latest"
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5000
+    isolation_level: str = READ_UNCOMMITTED
+    max_poll_records: int = 500
+    fetch_min_bytes: int = 1
+    fetch_max_wait_ms: int = 500
+    fetch_max_bytes: int = 52428800
+    max_partition_fetch_bytes: int = 1048576
+    session_timeout_ms: int = 45000
+    heartbeat_interval_ms: int = 3000
+    max_poll_interval_ms: int = 300000
+    rebalance_timeout_ms: int | None = None  # Kafka uses max.poll.interval.ms; None means that
+    # Kafka 3.x's default list: range first, cooperative-sticky so a group can migrate to it.
+    partition_assignment_strategy: list[str] = field(default_factory=lambda: ["range", "cooperative-sticky"])
+    request_timeout_ms: int = 30000
+    retry_backoff_ms: int = 100
+    check_crcs: bool = True
+    metadata_max_age_ms: int = 300000
+    allow_auto_create_topics: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.partition_assignment_strategy, str):
+            self.partition_assignment_strategy = [
+                s.strip() for s in self.partition_assignment_strategy.split(",") if s.strip()
+            ]
+        self.partition_assignment_strategy = [_assignor_name(s) for s in self.partition_assignment_strategy]
+        self.validate()
+
+    @classmethod
+    def from_dict(cls, settings: dict[str, Any]) -> ConsumerConfig:
+        """Build from Kafka's dotted names (``{"group.id": "g", "auto.offset.reset": "earliest"}``)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, value in settings.items():
+            name = key.replace(".", "_")
+            if name not in names:
+                raise InvalidConfig(f"unknown consumer config {key!r}")
+            kwargs[name] = value
+        return cls(**kwargs)
+
+    @property
+    def isolation_level_code(self) -> int:
+        """The wire value: 0 read_uncommitted, 1 read_committed."""
+        return 1 if self.isolation_level == READ_COMMITTED else 0
+
+    @property
+    def effective_rebalance_timeout_ms(self) -> int:
+        return self.max_poll_interval_ms if self.rebalance_timeout_ms is None else self.rebalance_timeout_ms
+
+    def validate(self) -> None:
+        if self.isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+            raise InvalidConfig(
+                f"isolation.level={self.isolation_level!r}: use {READ_UNCOMMITTED!r} or {READ_COMMITTED!r}"
+            )
+        if self.auto_offset_reset not in OFFSET_RESET_POLICIES:
+            raise InvalidConfig(
+                f"auto.offset.reset={self.auto_offset_reset!r}: use one of {', '.join(OFFSET_RESET_POLICIES)}"
+            )
+        if not self.partition_assignment_strategy:
+            raise InvalidConfig("partition.assignment.strategy must name at least one assignor")
+        for name in (
+            "max_poll_records",
+            "auto_commit_interval_ms",
+            "session_timeout_ms",
+            "heartbeat_interval_ms",
+            "max_poll_interval_ms",
+            "request_timeout_ms",
+        ):
+            if getattr(self, name) <= 0:
+                raise InvalidConfig(f"{name.replace('_', '.')} must be positive, got {getattr(self, name)}")
+        if self.fetch_min_bytes < 0 or self.fetch_max_wait_ms < 0:
+            raise InvalidConfig("fetch.min.bytes and fetch.max.wait.ms must not be negative")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise InvalidConfig(
+                f"heartbeat.interval.ms ({self.heartbeat_interval_ms}) must be lower than session.timeout.ms "
+                f"({self.session_timeout_ms}), else the coordinator expires the member between heartbeats"
+            )
+        if self.group_id is None and self.group_instance_id is not None:
+            raise InvalidConfig("group.instance.id needs a group.id")
+        if self.group_id is not None and not self.group_id:
+            raise InvalidConfig("group.id must not be empty: leave it unset to consume without a group")
+
+
+_ASSIGNOR_ALIASES = {
+    "range": "range",
+    "rangeassignor": "range",
+    "org.apache.kafka.clients.consumer.rangeassignor": "range",
+    "roundrobin": "roundrobin",
+    "round-robin": "roundrobin",
+    "roundrobinassignor": "roundrobin",
+    "org.apache.kafka.clients.consumer.roundrobinassignor": "roundrobin",
+    "cooperative-sticky": "cooperative-sticky",
+    "cooperativestickyassignor": "cooperative-sticky",
+    "org.apache.kafka.clients.consumer.cooperativestickyassignor": "cooperative-sticky",
+}
+
+
+def _assignor_name(name: str) -> str:
+    try:
+        return _ASSIGNOR_ALIASES[name.strip().lower()]
+    except KeyError:
+        raise InvalidConfig(
+            f"unknown partition.assignment.strategy {name!r}: use {', '.join(KNOWN_ASSIGNORS)}"
+        ) from None

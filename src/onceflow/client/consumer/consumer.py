@@ -1,0 +1,478 @@
+"""AsyncConsumer: Kafka's consumer on asyncio — assign or subscribe, poll, seek, commit.
+
+Group work (rebalances, callbacks, auto commit) happens inside ``getmany``/``poll``, as in Kafka's
+consumers, so a user's records and callbacks never interleave unexpectedly; heartbeats run in the
+background. Records come back as lists per partition (``getmany``), or flattened with their topic and
+partition (``poll``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AsyncClient
+from onceflow.client.consumer.assignors import assignors_for
+from onceflow.client.consumer.config import ConsumerConfig
+from onceflow.client.consumer.coordinator import CommitFailed, GroupCoordinator
+from onceflow.client.consumer.fetcher import Fetcher
+from onceflow.client.consumer.group import GroupMembership, MemberState
+from onceflow.client.consumer.structs import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    TopicPartition,
+)
+from onceflow.client.consumer.subscription_state import AUTO_TOPICS, SubscriptionState
+from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.record_codec import Record
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[list[TopicPartition]], Any]
+
+
+class NoOffsetForPartition(KafkaError):
+    """No committed offset and ``auto.offset.reset=none``: the user must seek()."""
+
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def _settings(config: ConsumerConfig | dict | None, overrides: dict) -> ConsumerConfig:
+    if isinstance(config, ConsumerConfig):
+        if overrides:
+            raise TypeError("pass either a ConsumerConfig or keyword settings, not both")
+        return config
+    merged: dict[str, Any] = {}
+    for key, value in (config or {}).items():
+        merged[key.replace(".", "_")] = value
+    merged.update(overrides)
+    return ConsumerConfig(**merged)
+
+
+async def _call(callback: Listener | None, partitions: list[TopicPartition]) -> None:
+    if callback is not None:
+        result = callback(partitions)
+        if inspect.isawaitable(result):
+            await result
+
+
+class AsyncConsumer:
+    """``AsyncConsumer("orders", bootstrap_servers=..., group_id="g")``; settings are Kafka's names
+    in snake case, or a dict of dotted names via ``config=``."""
+
+    def __init__(
+        self,
+        *topics: str,
+        config: ConsumerConfig | dict | None = None,
+        on_assign: Listener | None = None,
+        on_revoke: Listener | None = None,
+        on_lost: Listener | None = None,
+        **settings: Any,
+    ) -> None:
+        self.config = _settings(config, settings)
+        self._client = AsyncClient(
+            self.config.bootstrap_servers,
+            client_id=self.config.client_id,
+            request_timeout_s=self.config.request_timeout_ms / 1000,
+        )
+        self._subscriptions = SubscriptionState(self.config.auto_offset_reset)
+        self._listeners = (on_assign, on_revoke, on_lost)
+        self._fetcher: Fetcher | None = None
+        self._coordinator: GroupCoordinator | None = None
+        self._membership: GroupMembership | None = None
+        if self.config.group_id is not None:
+            self._membership = GroupMembership(
+                self.config.group_id,
+                assignors_for(self.config.partition_assignment_strategy),
+                group_instance_id=self.config.group_instance_id,
+                session_timeout_ms=self.config.session_timeout_ms,
+                rebalance_timeout_ms=self.config.effective_rebalance_timeout_ms,
+            )
+        self._next_auto_commit = 0.0
+        self._last_committed: dict[TopicPartition, int] = {}
+        self._started = False
+        self._closed = False
+        if topics:
+            self.subscribe(list(topics))
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the cluster (a bootstrap server must answer); needs a running event loop."""
+        if self._started:
+            return
+        await self._client.any_connection()
+        self._fetcher = Fetcher(self.config, self._client, self._subscriptions)
+        if self._membership is not None:
+            self._coordinator = GroupCoordinator(
+                self.config,
+                self._client,
+                self._membership,
+                topics=lambda: sorted(self._subscriptions.topics),
+                on_assign=self._partitions_assigned,
+                on_revoke=self._partitions_revoked,
+                on_lost=self._partitions_lost,
+            )
+        self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
+        self._started = True
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    async def close(self, *, autocommit: bool = True) -> None:
+        """Commit (with enable.auto.commit), revoke, leave the group and close connections."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._coordinator is not None:
+                m = self._membership
+                if m is not None and m.state == MemberState.STABLE and m.owned:
+                    if autocommit and self.config.enable_auto_commit:
+                        await self._commit_quietly()
+                    await _call(self._listeners[1], list(m.owned))
+                await self._coordinator.close()
+        finally:
+            if self._fetcher is not None:
+                await self._fetcher.close()
+            await self._client.close()
+
+    # -- subscription ----------------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str],
+        *,
+        on_assign: Listener | None = None,
+        on_revoke: Listener | None = None,
+        on_lost: Listener | None = None,
+    ) -> None:
+        """Join the group for ``topics`` (needs ``group_id``); partitions arrive at the next poll."""
+        if self._membership is None:
+            raise KafkaError("subscribe() needs group_id; use assign() to consume without a group")
+        topics = list(topics)
+        if not topics:
+            self.unsubscribe()
+            return
+        if any(cb is not None for cb in (on_assign, on_revoke, on_lost)):
+            self._listeners = (on_assign, on_revoke, on_lost)
+        changed = set(topics) != self._subscriptions.topics
+        self._subscriptions.subscribe(topics)
+        if changed:
+            self._membership.request_rejoin()
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Read exactly these partitions, without group membership (commits still use group_id)."""
+        self._subscriptions.assign_from_user([TopicPartition(*tp) for tp in partitions])
+        if self._fetcher is not None:
+            self._fetcher.clear_buffers()
+            self._fetcher.wake()
+
+    def unsubscribe(self) -> None:
+        self._subscriptions.unsubscribe()
+        if self._fetcher is not None:
+            self._fetcher.clear_buffers()
+        if self._membership is not None:
+            self._membership.request_rejoin()
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._subscriptions.assigned())
+
+    def subscription(self) -> set[str]:
+        return set(self._subscriptions.topics)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The member's identity for ``producer.send_offsets_to_transaction`` (KIP-447)."""
+        m = self._membership
+        if m is None:
+            raise KafkaError("group_metadata() needs group_id")
+        return ConsumerGroupMetadata(m.group_id, m.generation_id, m.member_id, m.group_instance_id)
+
+    # -- rebalance callbacks (run inside poll) ---------------------------------------------------
+
+    async def _partitions_assigned(self, added: list[TopicPartition]) -> None:
+        self._subscriptions.add(added)
+        await _call(self._listeners[0], added)
+
+    async def _partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        if revoked and self.config.enable_auto_commit:
+            await self._commit_quietly(revoked)
+        await _call(self._listeners[1], revoked)
+        self._subscriptions.remove(revoked)
+        self._fetcher.clear_buffers(revoked)
+
+    async def _partitions_lost(self, lost: list[TopicPartition]) -> None:
+        # No commit: another member may own them already. Kafka calls onPartitionsLost, which
+        # defaults to onPartitionsRevoked.
+        await _call(self._listeners[2] or self._listeners[1], lost)
+        self._subscriptions.remove(lost)
+        self._fetcher.clear_buffers(lost)
+
+    # -- polling ---------------------------------------------------------------------------------
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Record]]:
+        """Records per partition (``Record(offset, timestamp, key, value, headers)`` lists), waiting up
+        to ``timeout_ms`` for some to arrive."""
+        if not self._started:
+            await self.start()
+        if self._closed:
+            raise KafkaError("the consumer is closed")
+        fetcher = self._fetcher
+        limit = max_records or self.config.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            await self._prepare()
+            records = fetcher.drain(limit, {TopicPartition(*tp) for tp in partitions} if partitions else None)
+            if records:
+                return records
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return {}
+            await self._wait(remaining)
+
+    async def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records with their topic and partition, in one flat list."""
+        batches = await self.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        return [
+            ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value, r.headers)
+            for tp, records in batches.items()
+            for r in records
+        ]
+
+    async def getone(self, timeout_ms: int | None = None) -> ConsumerRecord | None:
+        """One record (None when ``timeout_ms`` passes first; waits forever when it is None)."""
+        while True:
+            records = await self.poll(
+                timeout_ms=timeout_ms if timeout_ms is not None else 1000, max_records=1
+            )
+            if records:
+                return records[0]
+            if timeout_ms is not None:
+                return None
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        record = await self.getone()
+        assert record is not None  # getone() without a timeout only returns records
+        return record
+
+    async def _wait(self, timeout: float) -> None:
+        waits = [asyncio.ensure_future(self._fetcher.data_ready.wait())]
+        if self._coordinator is not None:
+            waits.append(asyncio.ensure_future(self._coordinator.rejoin_event.wait()))
+        done, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+
+    async def _prepare(self) -> None:
+        """Everything poll does before taking records: rebalance, auto commit, positions, fetching."""
+        if self._coordinator is not None:
+            if self._subscriptions.mode == AUTO_TOPICS:
+                await self._coordinator.ensure_active()
+            self._coordinator.last_poll = time.monotonic()
+            if self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
+                self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
+                await self._commit_quietly()
+        if self._subscriptions.missing_positions():
+            await self._update_positions()
+        await self._fetcher.ensure_running()
+
+    # -- positions -------------------------------------------------------------------------------
+
+    async def _update_positions(self) -> None:
+        missing = self._subscriptions.missing_positions()
+        to_reset: dict[str, list[TopicPartition]] = {}
+        committed: dict = {}
+        plain = [tp for tp in missing if self._subscriptions.state(tp).reset_strategy is None]
+        if self._coordinator is not None and plain:
+            committed = await self._coordinator.fetch_committed(plain)
+        for tp in missing:
+            st = self._subscriptions.state(tp)
+            found = committed.get(tp)
+            if st.reset_strategy is None and found is not None:
+                st.seek(found[0])
+                continue
+            strategy = st.reset_strategy or self.config.auto_offset_reset
+            if strategy == "none":
+                raise NoOffsetForPartition(
+                    f"{tp.topic}-{tp.partition} has no committed offset and auto.offset.reset=none: seek() first"
+                )
+            to_reset.setdefault(strategy, []).append(tp)
+        for strategy, tps in to_reset.items():
+            timestamp = EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
+            offsets = await self._list_offsets(tps, timestamp)
+            for tp, offset in offsets.items():
+                self._subscriptions.state(tp).seek(offset)
+        self._fetcher.wake()
+
+    async def _list_offsets(
+        self, partitions: list[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, int]:
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        result = {}
+        for topic, ps in by_topic.items():
+            offsets = await self._client.list_offsets(
+                topic, ps, timestamp=timestamp, isolation_level=self.config.isolation_level_code
+            )
+            result.update({TopicPartition(topic, p): o for p, o in offsets.items()})
+        return result
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` at the next poll."""
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        self._subscriptions.state(TopicPartition(*partition)).seek(offset)
+        if self._fetcher is not None:
+            self._fetcher.clear_buffers([TopicPartition(*partition)])
+            self._fetcher.wake()
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        await self._seek_to(partitions, EARLIEST_TIMESTAMP)
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """To the log end offset, or the last stable offset with read_committed."""
+        await self._seek_to(partitions, LATEST_TIMESTAMP)
+
+    async def _seek_to(self, partitions, timestamp: int) -> None:
+        if not self._started:
+            await self.start()
+        tps = [TopicPartition(*tp) for tp in partitions] or self._subscriptions.assigned()
+        for tp, offset in (await self._list_offsets(tps, timestamp)).items():
+            self.seek(tp, offset)
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        if not self._started:
+            await self.start()
+        return await self._list_offsets([TopicPartition(*tp) for tp in partitions], EARLIEST_TIMESTAMP)
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        if not self._started:
+            await self.start()
+        return await self._list_offsets([TopicPartition(*tp) for tp in partitions], LATEST_TIMESTAMP)
+
+    async def position(self, partition: TopicPartition) -> int:
+        """The offset of the next record poll returns for ``partition`` (resolving it if needed)."""
+        tp = TopicPartition(*partition)
+        st = self._subscriptions.state(tp)
+        if st.position is None:
+            if not self._started:
+                await self.start()
+            await self._update_positions()
+        return self._subscriptions.state(tp).position
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._subscriptions.state(TopicPartition(*tp)).paused = True
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._subscriptions.state(TopicPartition(*tp)).paused = False
+        if self._fetcher is not None:
+            self._fetcher.wake()
+
+    # -- commits ---------------------------------------------------------------------------------
+
+    def _require_group(self) -> GroupCoordinator:
+        if self.config.group_id is None:
+            raise KafkaError("committing and reading committed offsets need group_id")
+        if self._coordinator is None:
+            raise KafkaError("the consumer is not started: call start() or poll first")
+        return self._coordinator
+
+    async def committed(
+        self, partitions: TopicPartition | Iterable[TopicPartition]
+    ) -> OffsetAndMetadata | None | dict[TopicPartition, OffsetAndMetadata | None]:
+        """The committed offset of one partition (None if none), or a dict for several."""
+        if not self._started:
+            await self.start()
+        coordinator = self._require_group()
+        single = isinstance(partitions, tuple) and len(partitions) == 2 and isinstance(partitions[0], str)
+        tps = [TopicPartition(*partitions)] if single else [TopicPartition(*tp) for tp in partitions]
+        found = await coordinator.fetch_committed(tps)
+        result = {tp: (OffsetAndMetadata(*found[tp]) if found.get(tp) else None) for tp in tps}
+        return result[tps[0]] if single else result
+
+    def _current_positions(self, partitions: Iterable[TopicPartition] | None = None) -> dict:
+        states = self._subscriptions.partitions
+        tps = states.keys() if partitions is None else partitions
+        return {
+            tp: (states[tp].position, "") for tp in tps if tp in states and states[tp].position is not None
+        }
+
+    async def commit(
+        self, offsets: dict[TopicPartition, int | OffsetAndMetadata | tuple[int, str]] | None = None
+    ) -> None:
+        """Commit ``offsets`` (the next offset to read, per partition), or every current position.
+        Raises :class:`CommitFailed` when the group rebalanced in between."""
+        if not self._started:
+            await self.start()
+        coordinator = self._require_group()
+        if offsets is None:
+            normalised = self._current_positions()
+        else:
+            normalised = {}
+            for tp, value in offsets.items():
+                if isinstance(value, int):
+                    normalised[TopicPartition(*tp)] = (value, "")
+                else:
+                    normalised[TopicPartition(*tp)] = (value[0], value[1] if len(value) > 1 else "")
+        await coordinator.commit(normalised)
+        self._last_committed.update({tp: o for tp, (o, _m) in normalised.items()})
+
+    def commit_async(
+        self,
+        offsets: dict[TopicPartition, int | OffsetAndMetadata] | None = None,
+        callback: Callable[[dict, BaseException | None], Any] | None = None,
+    ) -> asyncio.Task:
+        """Start a commit without waiting; ``callback(offsets, error)`` runs when it finishes."""
+        snapshot = (
+            offsets if offsets is not None else {tp: o for tp, (o, _m) in self._current_positions().items()}
+        )
+
+        async def run() -> None:
+            error = None
+            try:
+                await self.commit(snapshot)
+            except Exception as exc:
+                error = exc
+                if callback is None:
+                    log.warning("async commit failed: %s", exc)
+            if callback is not None:
+                callback(snapshot, error)
+
+        return asyncio.get_running_loop().create_task(run())
+
+    async def _commit_quietly(self, partitions: list[TopicPartition] | None = None) -> None:
+        """Auto commit: positions that moved since the last commit; failures are logged (the records
+        will be read again, never skipped)."""
+        if self._coordinator is None:
+            return
+        positions = {
+            tp: om
+            for tp, om in self._current_positions(partitions).items()
+            if self._last_committed.get(tp) != om[0]
+        }
+        if not positions:
+            return
+        try:
+            await self._coordinator.commit(positions)
+            self._last_committed.update({tp: o for tp, (o, _m) in positions.items()})
+        except CommitFailed as exc:
+            log.info("auto commit skipped: %s", exc)
+        except (KafkaError, OSError) as exc:
+            log.warning("auto commit failed: %s", exc)

@@ -1,0 +1,145 @@
+"""Consumer: the blocking facade over :class:`AsyncConsumer`, for scripts and Spark executors.
+
+The async consumer runs on its own event loop in a daemon thread, so heartbeats keep going while the
+caller processes records between polls (as the Java consumer's heartbeat thread does). Rebalance
+callbacks run on that thread while the caller is blocked in ``poll``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from onceflow.client.consumer.config import ConsumerConfig
+from onceflow.client.consumer.consumer import AsyncConsumer, Listener
+from onceflow.client.consumer.structs import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    TopicPartition,
+)
+from onceflow.protocol.record_codec import Record
+
+
+class Consumer:
+    def __init__(
+        self,
+        *topics: str,
+        config: ConsumerConfig | dict | None = None,
+        on_assign: Listener | None = None,
+        on_revoke: Listener | None = None,
+        on_lost: Listener | None = None,
+        **settings: Any,
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="onceflow-consumer", daemon=True)
+        self._thread.start()
+        try:
+            self._consumer: AsyncConsumer = self._run(
+                self._make(topics, config, on_assign, on_revoke, on_lost, settings)
+            )
+            self._run(self._consumer.start())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    @staticmethod
+    async def _make(topics, config, on_assign, on_revoke, on_lost, settings) -> AsyncConsumer:
+        return AsyncConsumer(
+            *topics, config=config, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost, **settings
+        )
+
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _call(self, fn, *args, **kwargs):
+        async def call():
+            return fn(*args, **kwargs)
+
+        return self._run(call())
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    def config(self) -> ConsumerConfig:
+        return self._consumer.config
+
+    def close(self, *, autocommit: bool = True) -> None:
+        if self._loop.is_closed():
+            return
+        try:
+            self._run(self._consumer.close(autocommit=autocommit))
+        finally:
+            self._stop_loop()
+
+    def subscribe(self, topics: Iterable[str], **listeners: Listener | None) -> None:
+        self._call(self._consumer.subscribe, list(topics), **listeners)
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        self._call(self._consumer.assign, list(partitions))
+
+    def unsubscribe(self) -> None:
+        self._call(self._consumer.unsubscribe)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._call(self._consumer.assignment)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._call(self._consumer.group_metadata)
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        return self._run(self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records))
+
+    def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Record]]:
+        return self._run(self._consumer.getmany(*partitions, timeout_ms=timeout_ms, max_records=max_records))
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        while True:
+            yield from self.poll(timeout_ms=1000)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._call(self._consumer.seek, partition, offset)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._run(self._consumer.seek_to_beginning(*partitions))
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._run(self._consumer.seek_to_end(*partitions))
+
+    def position(self, partition: TopicPartition) -> int:
+        return self._run(self._consumer.position(partition))
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._run(self._consumer.beginning_offsets(list(partitions)))
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._run(self._consumer.end_offsets(list(partitions)))
+
+    def committed(self, partitions):
+        return self._run(self._consumer.committed(partitions))
+
+    def commit(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
+        self._run(self._consumer.commit(offsets))
+
+    def commit_async(self, offsets=None, callback=None) -> None:
+        self._call(self._consumer.commit_async, offsets, callback)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._call(self._consumer.pause, *partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._call(self._consumer.resume, *partitions)
