@@ -13,6 +13,7 @@ from onceflow.cli.produce import produce
 from onceflow.cli.quickstart import quickstart
 from onceflow.cli.serve import serve
 from onceflow.cli.topics import topics
+from onceflow.cli.txn import txn
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,7 +22,7 @@ def cli():
     """onceflow: exactly-once event streaming (a Kafka-protocol broker, client and tools)."""
 
 
-for command in (serve, topics, produce, consume, dump_log, quickstart, groups, pipeline):
+for command in (serve, topics, produce, consume, dump_log, quickstart, groups, pipeline, txn):
     cli.add_command(command)
 
 
