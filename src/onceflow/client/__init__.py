@@ -3,9 +3,13 @@ facade (:mod:`.simple`). The full producer and consumer will grow here."""
 
 from onceflow.client.async_client import AsyncClient, ClusterMetadata, parse_bootstrap
 from onceflow.client.connection import BrokerConnectionError, Connection
+from onceflow.client.producer import AsyncProducer, Producer, ProducerConfig
 from onceflow.client.simple import ConsumedRecord, SimpleClient
 
 __all__ = [
+    "AsyncProducer",
+    "Producer",
+    "ProducerConfig",
     "AsyncClient",
     "BrokerConnectionError",
     "ClusterMetadata",

@@ -1,0 +1,220 @@
+"""The record accumulator: per-partition queues of batches, buffer.memory, and which batches are ready.
+
+``append`` may be called from any thread (the sync facade appends from the caller's thread, as Java's
+``KafkaProducer.send`` does); everything else runs on the sender's event loop. A batch is ready when it
+is full, has waited ``linger.ms``, or a flush/close wants everything out. ``buffer.memory`` bounds the
+bytes of unacknowledged batches: a new batch reserves ``batch.size`` (or the record's size if larger)
+and gives it back when it completes; a sender blocked on a full buffer waits up to ``max.block.ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from onceflow.client.producer.batch import ProducerBatch, RecordFuture
+from onceflow.client.producer.errors import BufferExhaustedError
+
+_BATCH_OVERHEAD = 61 + 8  # header plus a little slack for the size estimate of one record
+
+
+class BufferMemory:
+    """Counts reserved bytes against ``buffer.memory``; threads and coroutines can wait for room."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._cond = threading.Condition()
+        self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self.waiting = 0  # how many senders wait: the accumulator then drains everything
+
+    def try_reserve(self, size: int) -> bool:
+        with self._cond:
+            # A record larger than the whole buffer may go alone, as Kafka lets it when the pool is empty.
+            if self.used + size <= self.total or self.used == 0:
+                self.used += size
+                return True
+            return False
+
+    def release(self, size: int) -> None:
+        with self._cond:
+            self.used -= size
+            self._cond.notify_all()
+            waiters, self._async_waiters = self._async_waiters, []
+        for loop, event in waiters:
+            loop.call_soon_threadsafe(event.set)
+
+    def wait_sync(self, size: int, deadline: float) -> None:
+        with self._cond:
+            self.waiting += 1
+            try:
+                while self.used + size > self.total and self.used != 0:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise _exhausted(size, self.total)
+                    self._cond.wait(remaining)
+            finally:
+                self.waiting -= 1
+
+    async def wait_async(self, size: int, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._cond:
+                if self.used + size <= self.total or self.used == 0:
+                    return
+                event = asyncio.Event()
+                self._async_waiters.append((loop, event))
+                self.waiting += 1
+            try:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _exhausted(size, self.total)
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except TimeoutError:
+                    raise _exhausted(size, self.total)
+            finally:
+                with self._cond:
+                    self.waiting -= 1
+
+
+def _exhausted(size: int, total: int) -> BufferExhaustedError:
+    return BufferExhaustedError(
+        f"could not reserve {size} bytes of buffer.memory ({total}) within max.block.ms: records are sent "
+        "faster than the broker acknowledges them; raise buffer.memory or max.block.ms, or send slower"
+    )
+
+
+class RecordAccumulator:
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        linger_ms: int,
+        buffer_memory: int,
+        transactional: bool,
+        on_new_batch=None,
+    ) -> None:
+        self.batch_size = batch_size
+        self.linger_s = linger_ms / 1000.0
+        self.memory = BufferMemory(buffer_memory)
+        self.transactional = int(transactional)
+        self._queues: dict[tuple[str, int], deque[ProducerBatch]] = {}
+        self._lock = threading.Lock()
+        self.flushing = 0  # > 0 while flush()/close() wants every batch out now
+        self._on_new_batch = on_new_batch  # called (outside the lock) when a batch starts or fills
+
+    # -- any thread -------------------------------------------------------------------------------
+
+    def try_append(
+        self, topic: str, partition: int, timestamp: int, key, value, headers
+    ) -> RecordFuture | int:
+        """Append a record; its future, or (when a new batch needs memory that is not free) the byte
+        count to wait for with ``memory.wait_*`` before calling again."""
+        tp = (topic, partition)
+        wake = False
+        with self._lock:
+            queue = self._queues.get(tp)
+            if queue is None:
+                queue = self._queues[tp] = deque()
+            if queue:
+                last = queue[-1]
+                if not last.full and last.builder is not None:
+                    index = last.try_append(timestamp, key, value, headers)
+                    if index is not None:
+                        return RecordFuture(last, index)
+                    wake = True  # it just filled: ready to send
+            need = max(self.batch_size, _record_estimate(key, value, headers))
+            if not self.memory.try_reserve(need):
+                if wake and self._on_new_batch is not None:
+                    self._on_new_batch()
+                return need
+            builder = DefaultRecordBatchBuilder(2, 0, self.transactional, -1, -1, -1, self.batch_size)
+            batch = ProducerBatch(topic, partition, builder, time.monotonic(), need)
+            index = batch.try_append(timestamp, key, value, headers)
+            queue.append(batch)
+        if self._on_new_batch is not None:
+            self._on_new_batch()
+        return RecordFuture(batch, index)
+
+    # -- sender's loop ----------------------------------------------------------------------------
+
+    def ready(self, now: float, sendable) -> tuple[list[tuple[str, int]], float | None]:
+        """Partitions whose first batch should go now (and pass ``sendable(tp, batch)``), and the
+        seconds until the next linger or retry deadline (None: nothing queued)."""
+        ready: list[tuple[str, int]] = []
+        next_delay: float | None = None
+        drain_all = self.flushing > 0 or self.memory.waiting > 0
+        with self._lock:
+            for tp, queue in self._queues.items():
+                if not queue:
+                    continue
+                first = queue[0]
+                if first.retry_at > now:
+                    delay = first.retry_at - now
+                elif drain_all or first.full or len(queue) > 1 or first.encoded is not None:
+                    delay = 0.0
+                else:
+                    delay = first.created + self.linger_s - now
+                if delay <= 0:
+                    if sendable(tp, first):
+                        ready.append(tp)
+                elif next_delay is None or delay < next_delay:
+                    next_delay = delay
+        return ready, next_delay
+
+    def pop_first(self, tp: tuple[str, int]) -> ProducerBatch | None:
+        with self._lock:
+            queue = self._queues.get(tp)
+            if not queue:
+                return None
+            batch = queue.popleft()
+            batch.full = True  # closed for appends from now on
+            return batch
+
+    def requeue(self, tp: tuple[str, int], batches: list[ProducerBatch]) -> None:
+        """Put batches back at the front, in sequence order (a retry keeps its place in the partition)."""
+        with self._lock:
+            queue = self._queues.setdefault(tp, deque())
+            for batch in sorted(batches, key=lambda b: b.base_sequence, reverse=True):
+                queue.appendleft(batch)
+
+    def queued(self, tp: tuple[str, int]) -> list[ProducerBatch]:
+        with self._lock:
+            return list(self._queues.get(tp, ()))
+
+    def partitions(self) -> list[tuple[str, int]]:
+        with self._lock:
+            return [tp for tp, q in self._queues.items() if q]
+
+    def has_queued(self) -> bool:
+        with self._lock:
+            return any(self._queues.values())
+
+    def expire(self, now: float, delivery_timeout_s: float) -> list[ProducerBatch]:
+        """Remove and return queued batches older than ``delivery.timeout.ms``."""
+        expired = []
+        with self._lock:
+            for queue in self._queues.values():
+                while queue and now - queue[0].created >= delivery_timeout_s:
+                    expired.append(queue.popleft())
+        return expired
+
+    def drain_all(self) -> list[ProducerBatch]:
+        """Remove every queued batch (abort, close): the caller completes them with an error."""
+        with self._lock:
+            batches = [b for q in self._queues.values() for b in q]
+            for queue in self._queues.values():
+                queue.clear()
+        return batches
+
+
+def _record_estimate(key, value, headers) -> int:
+    size = _BATCH_OVERHEAD + 21 + (len(key) if key else 0) + (len(value) if value else 0)
+    for name, val in headers or ():
+        size += len(name) + (len(val) if val else 0) + 10
+    return size

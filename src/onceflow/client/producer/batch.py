@@ -1,0 +1,242 @@
+"""One batch of records for one partition, and the per-record handles derived from it.
+
+Records are appended straight into aiokafka's Cython ``DefaultRecordBatchBuilder`` as they are sent,
+so ``send()`` costs one C call, and a batch is encoded once when it is first drained. A batch has one
+completion (offset or error); each record's :class:`RecordFuture` is a small view of it (the batch and
+an index), so there is no future per record. Retries resend the same bytes; only a KIP-360 epoch bump
+rewrites the producer id, epoch and base sequence in the header (and the CRC).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import threading
+from collections.abc import Callable
+from typing import NamedTuple
+
+import crc32c
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from onceflow.protocol.compression import CompressionType, compress
+from onceflow.protocol.records import BATCH_HEADER_SIZE, COMPRESSION_MASK, LOG_OVERHEAD
+
+# Positions in the magic-2 batch header.
+_BATCH_LENGTH_POS = 8
+_CRC_POS = 17
+_ATTRIBUTES_POS = 21  # the CRC covers the batch from here on
+_PRODUCER_POS = 43  # producer id (int64), epoch (int16), base sequence (int32)
+_PRODUCER_FIELDS = struct.Struct(">qhi")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_INT16 = struct.Struct(">h")
+
+_completion_lock = threading.Lock()  # guards lazy creation of waiters against completion
+
+
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record was written. ``offset`` is -1 with acks=0."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class ProducerBatch:
+    """Records for one partition, built as they arrive; sent, maybe retried, completed once."""
+
+    __slots__ = (
+        "topic",
+        "partition",
+        "builder",
+        "created",
+        "timestamps",
+        "reserved",
+        "full",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "encoded",
+        "attempts",
+        "retry_at",
+        "done",
+        "base_offset",
+        "log_append_time",
+        "error",
+        "_callbacks",
+        "_future",
+        "_event",
+    )
+
+    def __init__(
+        self, topic: str, partition: int, builder: DefaultRecordBatchBuilder, created: float, reserved: int
+    ):
+        self.topic = topic
+        self.partition = partition
+        self.builder: DefaultRecordBatchBuilder | None = builder
+        self.created = created  # monotonic seconds, for linger.ms and delivery.timeout.ms
+        self.timestamps: list[int] = []
+        self.reserved = reserved  # bytes of buffer.memory held until completion
+        self.full = False
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1
+        self.encoded: bytearray | None = None
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.done = False
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: BaseException | None = None
+        self._callbacks: list[tuple[int, Callable]] | None = None
+        self._future: asyncio.Future | None = None
+        self._event: threading.Event | None = None
+
+    @property
+    def record_count(self) -> int:
+        return len(self.timestamps)
+
+    @property
+    def last_sequence(self) -> int:
+        return (self.base_sequence + self.record_count - 1) & 0x7FFFFFFF
+
+    def try_append(self, timestamp: int, key, value, headers) -> int | None:
+        """Add a record; its index, or None when the batch is full (the first record always fits)."""
+        meta = self.builder.append(len(self.timestamps), timestamp, key, value, headers)
+        if meta is None:
+            self.full = True
+            return None
+        self.timestamps.append(timestamp)
+        return len(self.timestamps) - 1
+
+    def size(self) -> int:
+        return self.builder.size() if self.builder is not None else len(self.encoded)
+
+    def encode(self, compression: int) -> bytearray:
+        """The batch's bytes, built on first use with the producer fields set so far."""
+        if self.encoded is None:
+            builder, self.builder = self.builder, None
+            builder.set_producer_state(self.producer_id, self.producer_epoch, self.base_sequence)
+            data = builder.build()
+            if compression != CompressionType.NONE:
+                data = _compressed(data, compression)
+            self.encoded = data
+        return self.encoded
+
+    def set_producer_state(self, producer_id: int, epoch: int, base_sequence: int) -> None:
+        """Assign (or, after an epoch bump, rewrite) the producer fields, patching built bytes in place."""
+        self.producer_id, self.producer_epoch, self.base_sequence = producer_id, epoch, base_sequence
+        if self.encoded is not None:
+            _PRODUCER_FIELDS.pack_into(self.encoded, _PRODUCER_POS, producer_id, epoch, base_sequence)
+            _UINT32.pack_into(
+                self.encoded, _CRC_POS, crc32c.crc32c(memoryview(self.encoded)[_ATTRIBUTES_POS:])
+            )
+
+    # -- completion ------------------------------------------------------------------------------
+
+    def complete(
+        self, base_offset: int, log_append_time: int = -1, error: BaseException | None = None
+    ) -> None:
+        """Record the outcome once (later calls are ignored) and wake every waiter and callback."""
+        with _completion_lock:
+            if self.done:
+                return
+            self.base_offset, self.log_append_time, self.error = base_offset, log_append_time, error
+            self.done = True
+            event = self._event
+        self.builder = None
+        if event is not None:
+            event.set()
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+        if self._callbacks:
+            for index, callback in self._callbacks:
+                callback(*self.outcome(index))
+
+    def metadata(self, index: int) -> RecordMetadata:
+        timestamp = self.log_append_time if self.log_append_time >= 0 else self.timestamps[index]
+        offset = self.base_offset + index if self.base_offset >= 0 else -1
+        return RecordMetadata(self.topic, self.partition, offset, timestamp)
+
+    def outcome(self, index: int) -> tuple[RecordMetadata | None, BaseException | None]:
+        if self.error is not None:
+            return None, self.error
+        return self.metadata(index), None
+
+    def add_callback(self, index: int, callback: Callable) -> None:
+        with _completion_lock:
+            if not self.done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append((index, callback))
+                return
+        callback(*self.outcome(index))
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block the calling (non-event-loop) thread until done; False on timeout."""
+        with _completion_lock:
+            if self.done:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
+
+    def async_future(self) -> asyncio.Future:
+        """A future on the running loop that resolves (to None) when the batch completes."""
+        if self._future is None:
+            self._future = asyncio.get_running_loop().create_future()
+            if self.done:
+                self._future.set_result(None)
+        return self._future
+
+
+class RecordFuture:
+    """The outcome of one ``send()``: await it (async), ``get()`` it (threads), or add a callback."""
+
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch: ProducerBatch, index: int) -> None:
+        self.batch = batch
+        self.index = index
+
+    def done(self) -> bool:
+        return self.batch.done
+
+    def __await__(self):
+        if not self.batch.done:
+            yield from self.batch.async_future().__await__()
+        return self.result()
+
+    def result(self) -> RecordMetadata:
+        """The metadata of a completed send; raises its error. Use ``get`` to wait from a thread."""
+        if not self.batch.done:
+            raise asyncio.InvalidStateError("the record has not been acknowledged yet")
+        if self.batch.error is not None:
+            raise self.batch.error
+        return self.batch.metadata(self.index)
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait (from a thread that is not the producer's event loop) and return the metadata."""
+        if not self.batch.wait(timeout):
+            raise TimeoutError(f"record not acknowledged within {timeout}s")
+        return self.result()
+
+    def add_done_callback(
+        self, callback: Callable[[RecordMetadata | None, BaseException | None], None]
+    ) -> None:
+        """``callback(metadata, error)`` once the record is acknowledged or failed (one of the two is None)."""
+        self.batch.add_callback(self.index, callback)
+
+
+def _compressed(batch: bytearray, codec: int) -> bytearray:
+    """Compress the records section of an uncompressed batch and fix the header (length, codec, CRC)."""
+    out = bytearray(batch[:BATCH_HEADER_SIZE])
+    out += compress(codec, memoryview(batch)[BATCH_HEADER_SIZE:])
+    _INT32.pack_into(out, _BATCH_LENGTH_POS, len(out) - LOG_OVERHEAD)
+    (attributes,) = _INT16.unpack_from(out, _ATTRIBUTES_POS)
+    _INT16.pack_into(out, _ATTRIBUTES_POS, (attributes & ~COMPRESSION_MASK) | codec)
+    _UINT32.pack_into(out, _CRC_POS, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_POS:]))
+    return out

@@ -1,0 +1,187 @@
+"""What the producer knows about the cluster and how it reaches it: metadata, connections, coordinators.
+
+Leaders and partition counts come from Metadata requests (through :class:`AsyncClient`); one pipelined
+:class:`Connection` per broker carries Produce requests. Transaction and group coordinators are found
+with FindCoordinator (key type 1 = transaction, 0 = group) and looked up again when a coordinator answers
+NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS (failover).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.metadata import FindCoordinatorRequest
+
+from onceflow.client.async_client import AsyncClient
+from onceflow.client.connection import BrokerConnectionError, Connection
+from onceflow.client.producer.errors import COORDINATOR_CODES
+from onceflow.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+FIND_COORDINATOR_MAX_VERSION = 3  # v4+ batches keys; one key per call is all we need
+
+
+class ProducerNetwork:
+    def __init__(
+        self, bootstrap: str, *, client_id: str, request_timeout_ms: int, retry_backoff_ms: int
+    ) -> None:
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_ms / 1000.0
+        self.retry_backoff_s = retry_backoff_ms / 1000.0
+        self.client = AsyncClient(bootstrap, client_id=client_id, request_timeout_s=self.request_timeout_s)
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.partition_counts: dict[str, int] = {}
+        self.leaders: dict[tuple[str, int], int] = {}
+        self.topic_errors: dict[str, ErrorCode] = {}
+        self._connections: dict[int, Connection] = {}
+        self._opening: dict[int, asyncio.Task] = {}
+        self._coordinators: dict[tuple[int, str], int] = {}
+        self._refresh_lock = asyncio.Lock()
+        self.last_refresh = 0.0
+
+    async def close(self) -> None:
+        conns, self._connections = self._connections, {}
+        await asyncio.gather(*(c.close() for c in conns.values()), return_exceptions=True)
+        await self.client.close()
+
+    # -- metadata -----------------------------------------------------------------------------------
+
+    async def refresh(self, topics: list[str]) -> None:
+        """Reload leaders and partition counts of ``topics`` (asking the broker to create missing ones,
+        as Kafka's producer does)."""
+        async with self._refresh_lock:
+            metadata = await self.client.metadata(sorted(set(topics)), auto_create=True)
+            self.brokers.update(metadata.brokers)
+            for name, info in metadata.topics.items():
+                if info.error != ErrorCode.NONE or not info.partitions:
+                    self.topic_errors[name] = info.error
+                    continue
+                self.topic_errors.pop(name, None)
+                self.partition_counts[name] = len(info.partitions)
+                for p, pinfo in info.partitions.items():
+                    if pinfo.leader >= 0 and pinfo.error in (ErrorCode.NONE, ErrorCode.REPLICA_NOT_AVAILABLE):
+                        self.leaders[(name, p)] = pinfo.leader
+                    else:
+                        self.leaders.pop((name, p), None)
+            self.last_refresh = time.monotonic()
+
+    async def wait_for_topic(self, topic: str, deadline: float) -> int:
+        """The partition count of ``topic``, refreshing metadata until ``deadline`` (max.block.ms)."""
+        while True:
+            count = self.partition_counts.get(topic)
+            if count is not None:
+                return count
+            try:
+                await self.refresh([topic, *self.partition_counts])
+            except BrokerConnectionError as exc:
+                log.debug("metadata for %s failed: %s", topic, exc)
+            count = self.partition_counts.get(topic)
+            if count is not None:
+                return count
+            if time.monotonic() >= deadline:
+                error = self.topic_errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                raise KafkaError(
+                    f"topic {topic!r} not available within max.block.ms ({error.name})",
+                    ErrorCode.REQUEST_TIMED_OUT if error.retriable else error,
+                )
+            await asyncio.sleep(self.retry_backoff_s)
+
+    # -- connections --------------------------------------------------------------------------------
+
+    def ready_connection(self, node: int) -> Connection | None:
+        conn = self._connections.get(node)
+        return conn if conn is not None and not conn.closed else None
+
+    async def connection(self, node: int) -> Connection:
+        conn = self.ready_connection(node)
+        if conn is not None:
+            return conn
+        task = self._opening.get(node)
+        if task is None:
+            if node not in self.brokers:
+                raise BrokerConnectionError(f"broker {node} is not in the metadata")
+            host, port = self.brokers[node]
+            task = asyncio.ensure_future(
+                Connection.open(
+                    host, port, client_id=self.client_id, request_timeout_s=self.request_timeout_s
+                )
+            )
+            self._opening[node] = task
+        try:
+            conn = await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._opening.pop(node, None)
+        self._connections[node] = conn
+        return conn
+
+    async def any_connection(self) -> Connection:
+        return await self.client.any_connection()
+
+    # -- coordinators -------------------------------------------------------------------------------
+
+    async def coordinator(self, key_type: int, key: str) -> Connection:
+        node = self._coordinators.get((key_type, key))
+        if node is None:
+            conn = await self.any_connection()
+            version = min(conn.version_for(FindCoordinatorRequest), FIND_COORDINATOR_MAX_VERSION)
+            response = await conn.send(FindCoordinatorRequest(key=key, key_type=key_type), version=version)
+            code = ErrorCode(response.error_code)
+            if code != ErrorCode.NONE:
+                raise KafkaError(f"FindCoordinator({key!r}): {code.name}", code)
+            node = response.node_id
+            self.brokers[node] = (response.host, response.port)
+            self._coordinators[(key_type, key)] = node
+        return await self.connection(node)
+
+    def forget_coordinator(self, key_type: int, key: str) -> None:
+        self._coordinators.pop((key_type, key), None)
+
+    async def coordinator_request(
+        self,
+        key_type: int,
+        key: str,
+        make_request: Callable[[], ApiMessage],
+        error_of: Callable[[ApiMessage], int],
+        *,
+        what: str,
+        deadline: float,
+        max_version: int | None = None,
+        retry_codes: frozenset[ErrorCode] = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS}),
+    ) -> ApiMessage:
+        """Send to the coordinator of ``key``, finding it again on coordinator errors and retrying
+        retriable answers until ``deadline``; returns the first response whose error is not retried."""
+        backoff = min(self.retry_backoff_s, 0.02)  # Kafka retries CONCURRENT_TRANSACTIONS after 20 ms
+        while True:
+            code = ErrorCode.NONE
+            try:
+                conn = await self.coordinator(key_type, key)
+                request = make_request()
+                version = conn.version_for(type(request))
+                if max_version is not None:
+                    version = min(version, max_version)
+                response = await conn.send(request, version=version)
+                code = ErrorCode(error_of(response))
+            except KafkaError as exc:
+                if not (exc.retriable or exc.code in COORDINATOR_CODES):
+                    raise
+                code, response = exc.code, None
+            if code in COORDINATOR_CODES or code in (
+                ErrorCode.NETWORK_EXCEPTION,
+                ErrorCode.REQUEST_TIMED_OUT,
+            ):
+                self.forget_coordinator(key_type, key)
+            elif code not in retry_codes:
+                return response
+            if time.monotonic() >= deadline:
+                raise KafkaError(f"{what}: still {code.name} at the deadline", ErrorCode.REQUEST_TIMED_OUT)
+            log.debug("%s: %s, retrying", what, code.name)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)

@@ -1,0 +1,361 @@
+"""AsyncProducer: Kafka's producer on asyncio (idempotent by default, transactional with a
+transactional.id).
+
+    async with AsyncProducer({"bootstrap.servers": "127.0.0.1:9092"}) as producer:
+        future = await producer.send("orders", b"value", key=b"k")   # queued, not yet sent
+        metadata = await future                                       # acknowledged: offset known
+
+Transactions (read-process-write, exactly once)::
+
+    producer = AsyncProducer({"bootstrap.servers": ..., "transactional.id": "orders-app-0"})
+    await producer.start()
+    await producer.init_transactions()          # fences older producers with this transactional.id
+    producer.begin_transaction()
+    await producer.send("out", value)
+    await producer.send_offsets_to_transaction({("in", 0): next_offset}, "my-group")
+    await producer.commit_transaction()         # or abort_transaction()
+
+Errors: :class:`ProducerFencedError` (fatal: close), :class:`TransactionAbortableError` (abort and
+retry), :class:`IllegalTransactionStateError` (calls out of order); see ``producer.errors``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from onceflow.client.producer import txn_requests
+from onceflow.client.producer.accumulator import RecordAccumulator
+from onceflow.client.producer.batch import RecordFuture, RecordMetadata
+from onceflow.client.producer.config import ProducerConfig
+from onceflow.client.producer.errors import (
+    FATAL_CODES,
+    FatalProducerError,
+    ProducerClosedError,
+    TransactionAbortedError,
+)
+from onceflow.client.producer.faults import ClientFaults
+from onceflow.client.producer.network import ProducerNetwork
+from onceflow.client.producer.partitioners import partitioner_for
+from onceflow.client.producer.sender import Sender
+from onceflow.client.producer.transaction_manager import TransactionManager, TxnEvent, TxnState
+from onceflow.protocol.errors import KafkaError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """What send_offsets_to_transaction needs of the consumer (KIP-447). With only a group id (Java's
+    ``new ConsumerGroupMetadata(groupId)``) the coordinator does not check the generation."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+def _as_group_metadata(group) -> ConsumerGroupMetadata:
+    if isinstance(group, ConsumerGroupMetadata):
+        return group
+    if isinstance(group, str):
+        return ConsumerGroupMetadata(group)
+    return ConsumerGroupMetadata(
+        group.group_id,
+        getattr(group, "generation_id", -1),
+        getattr(group, "member_id", "") or "",
+        getattr(group, "group_instance_id", None),
+    )
+
+
+def _as_offsets(offsets: Mapping) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): offset}``; keys may also be objects with ``topic``/``partition`` and
+    values objects with ``offset`` (OffsetAndMetadata)."""
+    result = {}
+    for key, value in offsets.items():
+        tp = (key.topic, key.partition) if hasattr(key, "topic") else (key[0], int(key[1]))
+        result[tp] = int(value.offset if hasattr(value, "offset") else value)
+    return result
+
+
+def config_from(
+    config: ProducerConfig | Mapping[str, Any] | None, settings: Mapping[str, Any]
+) -> ProducerConfig:
+    if isinstance(config, ProducerConfig):
+        if settings:
+            raise TypeError("pass either a ProducerConfig or settings, not both")
+        return config
+    return ProducerConfig.from_mapping(dict(config or {}), **settings)
+
+
+class AsyncProducer:
+    """Kafka's producer for asyncio. ``config`` is a :class:`ProducerConfig` or a mapping of Kafka's
+    setting names (``{"bootstrap.servers": ..., "linger.ms": 5}``); keyword settings use snake case."""
+
+    def __init__(
+        self,
+        config: ProducerConfig | Mapping[str, Any] | None = None,
+        *,
+        faults: ClientFaults | None = None,
+        **settings: Any,
+    ) -> None:
+        self.config = config_from(config, settings)
+        self.faults = faults
+        self.txn = TransactionManager(self.config.transactional_id, self.config.transaction_timeout_ms)
+        self._partitioner = partitioner_for(self.config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._accumulator = RecordAccumulator(
+            batch_size=self.config.batch_size,
+            linger_ms=self.config.linger_ms,
+            buffer_memory=self.config.buffer_memory,
+            transactional=self.txn.is_transactional,
+            on_new_batch=self._wake_sender,
+        )
+        self._network: ProducerNetwork | None = None
+        self._sender: Sender | None = None
+        self._closed = False
+        self._started = False
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, and for an idempotent (non-transactional) producer get its producer id."""
+        if self._started:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        cfg = self.config
+        self._network = ProducerNetwork(
+            cfg.bootstrap_servers,
+            client_id=cfg.client_id,
+            request_timeout_ms=cfg.request_timeout_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+        )
+        await self._network.any_connection()
+        self._sender = Sender(cfg, self._accumulator, self._network, self.txn, self.faults)
+        if cfg.enable_idempotence and not self.txn.is_transactional:
+            producer_id, epoch = await txn_requests.init_producer_id(self._network, self.txn, cfg)
+            self.txn.set_producer(producer_id, epoch)
+            log.info("idempotent producer id %d epoch %d", producer_id, epoch)
+        self._sender.start()
+        self._started = True
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Send what is queued (up to ``timeout`` seconds), then disconnect. Unsent records fail."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._sender is not None:
+            try:
+                await asyncio.wait_for(self._sender.wait_idle(), timeout)
+            except TimeoutError:
+                self._sender.fail_queued(ProducerClosedError("producer closed before the record was sent"))
+            await self._sender.stop()
+        if self._network is not None:
+            await self._network.close()
+
+    def _wake_sender(self) -> None:
+        sender = self._sender
+        if sender is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            sender.wakeup()
+        else:
+            self._loop.call_soon_threadsafe(sender.wakeup)
+
+    # -- sending ------------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: list[tuple[str, bytes | None]] | None = None,
+    ) -> RecordFuture:
+        """Queue a record; returns its :class:`RecordFuture` (await it for the :class:`RecordMetadata`).
+
+        Waits only for metadata of a new topic or for room in buffer.memory (both up to max.block.ms).
+        """
+        if not self._started:
+            await self.start()
+        count = self._network.partition_counts.get(topic)
+        if count is None:
+            count = await self._network.wait_for_topic(topic, self._block_deadline())
+        result = self._append(topic, value, key, partition, timestamp_ms, headers, count)
+        if type(result) is int:
+            deadline = self._block_deadline()
+            while type(result) is int:
+                await self._accumulator.memory.wait_async(result, deadline)
+                result = self._append(topic, value, key, partition, timestamp_ms, headers, count)
+        return result
+
+    def _append(self, topic, value, key, partition, timestamp_ms, headers, count):
+        """The part of send() that needs no waiting: usable from any thread (the sync facade)."""
+        if self._closed:
+            raise ProducerClosedError("send() after close()")
+        txn = self.txn
+        if txn.transactional_id is not None:
+            txn.check_can_send()
+        if partition is None:
+            partition = self._partitioner.partition(topic, key, count)
+        elif not 0 <= partition < count:
+            raise KafkaError(f"partition {partition} of {topic!r} does not exist (it has {count})", 3)
+        result = self._accumulator.try_append(
+            topic,
+            partition,
+            int(time.time() * 1000) if timestamp_ms is None else timestamp_ms,
+            key,
+            value,
+            list(headers) if headers else [],
+        )
+        if type(result) is not int:
+            self._partitioner.record_appended(
+                topic, partition, (len(value) if value else 0) + (len(key) if key else 0)
+            )
+            if txn.transactional_id is not None and (topic, partition) not in txn.added:
+                txn.maybe_add_partition((topic, partition))
+                self._wake_sender()
+        return result
+
+    def _block_deadline(self) -> float:
+        return time.monotonic() + self.config.max_block_ms / 1000.0
+
+    async def send_and_wait(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, **kw
+    ) -> RecordMetadata:
+        return await (await self.send(topic, value, key, **kw))
+
+    async def flush(self) -> None:
+        """Send everything queued now and wait until each batch is acknowledged or failed."""
+        if self._sender is not None:
+            await self._sender.wait_idle()
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        if not self._started:
+            await self.start()
+        count = await self._network.wait_for_topic(topic, self._block_deadline())
+        return list(range(count))
+
+    @property
+    def producer_id_and_epoch(self) -> tuple[int, int]:
+        return self.txn.producer_id, self.txn.producer_epoch
+
+    # -- transactions -------------------------------------------------------------------------------
+
+    def _require_transactional(self, what: str) -> None:
+        if not self.txn.is_transactional:
+            raise FatalProducerError(f"{what}() needs a transactional.id in the producer's configuration")
+
+    async def init_transactions(self) -> None:
+        """Get the producer id and epoch for transactional.id. This fences every earlier producer with
+        the same transactional.id (their sends and commits fail with ProducerFencedError) and makes the
+        coordinator finish any transaction they left open. Call once, before the first transaction."""
+        self._require_transactional("init_transactions")
+        if not self._started:
+            await self.start()
+        self.txn.transition(TxnEvent.INIT)
+        await self._init_producer_id()
+
+    async def _init_producer_id(self) -> None:
+        try:
+            producer_id, epoch = await txn_requests.init_producer_id(self._network, self.txn, self.config)
+        except FatalProducerError as exc:
+            self.txn.transition(TxnEvent.FAIL_FATAL, exc)
+            raise
+        except KafkaError as exc:
+            if exc.code in FATAL_CODES:
+                self.txn.transition(TxnEvent.FAIL_FATAL, exc)
+            raise
+        self.txn.set_producer(producer_id, epoch)
+        self._sender.reset_sequences()
+        self.txn.transition(TxnEvent.INITIALIZED)
+        log.info(
+            "transactional.id %r: producer id %d epoch %d", self.txn.transactional_id, producer_id, epoch
+        )
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (local: nothing is sent until the first record or offsets)."""
+        self._require_transactional("begin_transaction")
+        self.txn.transition(TxnEvent.BEGIN)
+
+    async def send_offsets_to_transaction(self, offsets: Mapping, group_metadata) -> None:
+        """Commit consumer offsets as part of the transaction: they become visible only if it commits.
+
+        ``offsets`` maps ``(topic, partition)`` to the *next* offset to consume. ``group_metadata`` is the
+        consumer's ``group_metadata()`` (generation-checked, KIP-447) or just the group id string.
+        """
+        self._require_transactional("send_offsets_to_transaction")
+        self.txn.check_can_send()
+        group = _as_group_metadata(group_metadata)
+        try:
+            await txn_requests.add_offsets_to_txn(self._network, self.txn, group.group_id, self.config)
+            self.txn.started_on_coordinator = True
+            await txn_requests.txn_offset_commit(
+                self._network, self.txn, _as_offsets(offsets), group, self.config
+            )
+        except KafkaError as exc:
+            self._fail_transaction(exc)
+            raise
+
+    async def commit_transaction(self) -> None:
+        """Flush the transaction's records, then commit it. On TransactionAbortableError call
+        abort_transaction(); on ProducerFencedError close the producer."""
+        self._require_transactional("commit_transaction")
+        self.txn.check_not_failed("commit_transaction")
+        self.txn.transition(TxnEvent.COMMIT)
+        await self._sender.wait_idle()
+        if self.txn.state is not TxnState.COMMITTING_TRANSACTION:  # a batch failed while flushing
+            self.txn.check_not_failed("commit_transaction")
+        try:
+            if self.txn.started_on_coordinator:
+                await txn_requests.end_txn(self._network, self.txn, True, self.config)
+        except KafkaError as exc:
+            self._fail_transaction(exc)
+            raise
+        self.txn.transition(TxnEvent.ENDED)
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction: unsent records fail with TransactionAbortedError, sent ones are
+        marked aborted (read_committed consumers never see them)."""
+        self._require_transactional("abort_transaction")
+        if self.txn.state is TxnState.FATAL_ERROR:
+            self.txn.check_not_failed("abort_transaction")
+        self.txn.transition(TxnEvent.ABORT)
+        self._sender.fail_queued(
+            TransactionAbortedError("the transaction was aborted before this record was sent")
+        )
+        await self._sender.wait_idle()
+        try:
+            if self.txn.started_on_coordinator:  # an empty transaction is unknown to the coordinator
+                await txn_requests.end_txn(self._network, self.txn, False, self.config)
+        except KafkaError as exc:
+            self._fail_transaction(exc)
+            raise
+        if self.txn.epoch_bump_required:
+            self.txn.transition(TxnEvent.BUMP_EPOCH)
+            await self._init_producer_id()  # KIP-360: a new epoch, sequences from 0
+        else:
+            self.txn.transition(TxnEvent.ENDED)
+
+    def _fail_transaction(self, exc: KafkaError) -> None:
+        event = TxnEvent.FAIL_FATAL if isinstance(exc, FatalProducerError) else TxnEvent.FAIL_ABORTABLE
+        try:
+            self.txn.transition(event, exc)
+        except KafkaError:
+            pass

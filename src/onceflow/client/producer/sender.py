@@ -1,0 +1,502 @@
+"""The sender: drains ready batches into Produce requests, keeps sequence numbers, retries in order.
+
+One task on the producer's event loop. Per broker it keeps at most
+``max.in.flight.requests.per.connection`` Produce requests in flight, each holding one batch per
+partition (as Kafka). With idempotence every batch gets its partition's next sequence number when it is
+first drained and keeps it on every retry, so the broker can recognise a retry of a batch it already
+wrote (it remembers the last 5 per partition) and answer it with the original offsets.
+
+Ordering with up to 5 in flight: when a batch fails retriably, the partition stops sending until its
+other in-flight batches have answered, then every unacknowledged batch goes back to the front of the
+queue in sequence order and is resent. OUT_OF_ORDER_SEQUENCE_NUMBER on a batch that has earlier
+unacknowledged batches is a consequence of their failure and is retried the same way.
+
+KIP-360: OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID on the partition's *earliest*
+unacknowledged batch means the broker lost track of the sequence (a gap it cannot fill, or state removed
+by retention). An idempotent producer then bumps its epoch and rewrites the sequences of that
+partition's unacknowledged batches from 0; other partitions move to the new epoch, from sequence 0,
+when their in-flight batches are done. A transactional producer instead fails the transaction
+(abortable), and the epoch is bumped with InitProducerId after abort_transaction().
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from kafka.protocol.producer import ProduceRequest
+
+from onceflow.client.producer.accumulator import RecordAccumulator
+from onceflow.client.producer.batch import ProducerBatch
+from onceflow.client.producer.config import ProducerConfig
+from onceflow.client.producer.errors import (
+    FATAL_CODES,
+    DeliveryTimeoutError,
+    TransactionAbortableError,
+    fatal_error_for,
+)
+from onceflow.client.producer.faults import DELAY_SEND, DROP_REQUEST, DROP_RESPONSE, ClientFaults
+from onceflow.client.producer.network import ProducerNetwork
+from onceflow.client.producer.transaction_manager import TransactionManager, TxnEvent, TxnState
+from onceflow.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+_SEQUENCE_ERRORS = frozenset({ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID})
+_METADATA_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)
+_MAX_EPOCH = 32767
+
+
+class PartitionSequences:
+    """Idempotence bookkeeping of one partition."""
+
+    __slots__ = ("epoch", "next_sequence", "inflight", "retry", "bump")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch  # the epoch this partition's sequences belong to
+        self.next_sequence = 0
+        self.inflight: list[ProducerBatch] = []  # sent, unanswered, in sequence order
+        self.retry: list[ProducerBatch] = []  # to resend once `inflight` is empty
+        self.bump = False  # KIP-360: rewrite sequences under a new epoch once `inflight` is empty
+
+
+class Sender:
+    def __init__(
+        self,
+        config: ProducerConfig,
+        accumulator: RecordAccumulator,
+        network: ProducerNetwork,
+        txn: TransactionManager,
+        faults: ClientFaults | None = None,
+    ) -> None:
+        self.config = config
+        self.accumulator = accumulator
+        self.network = network
+        self.txn = txn
+        self.faults = faults
+        self.idempotent = bool(config.enable_idempotence)
+        self.max_in_flight = config.max_in_flight_requests_per_connection
+        self.delivery_timeout_s = config.delivery_timeout_ms / 1000.0
+        self.request_timeout_s = config.request_timeout_ms / 1000.0
+        self.retry_backoff_s = config.retry_backoff_ms / 1000.0
+        self.compression = config.compression_codec
+        self.partitions: dict[tuple[str, int], PartitionSequences] = {}
+        self._node_inflight: dict[int, int] = {}
+        self._requests_sent = 0
+        self._wake = asyncio.Event()
+        self._idle_waiters: list[asyncio.Future] = []
+        self._metadata_task: asyncio.Task | None = None
+        self._add_partitions_task: asyncio.Task | None = None
+        self._request_tasks: set[asyncio.Task] = set()
+        self._closing = False
+        self._task: asyncio.Task | None = None
+        self.epoch_bumps = 0  # for tests and logs
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="onceflow-producer-sender")
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    async def stop(self) -> None:
+        self._closing = True
+        self.wakeup()
+        if self._task is not None:
+            await self._task
+        for task in (self._metadata_task, self._add_partitions_task, *self._request_tasks):
+            if task is not None and not task.done():
+                task.cancel()
+
+    def idle(self) -> bool:
+        return (
+            not self._node_inflight_total()
+            and not self.accumulator.has_queued()
+            and not any(s.retry for s in self.partitions.values())
+        )
+
+    async def wait_idle(self) -> None:
+        """Until nothing is queued or in flight (flush)."""
+        self.accumulator.flushing += 1
+        try:
+            while not self.idle():
+                future = asyncio.get_running_loop().create_future()
+                self._idle_waiters.append(future)
+                self.wakeup()
+                await future
+        finally:
+            self.accumulator.flushing -= 1
+
+    def _node_inflight_total(self) -> int:
+        return sum(self._node_inflight.values())
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            self._wake.clear()
+            now = time.monotonic()
+            self._expire(now)
+            if self.txn.is_transactional:
+                if self.txn.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR):
+                    self.fail_queued(self._txn_error())
+                self._maybe_add_partitions()
+            delay = await self._send_ready(now)
+            if self.idle():
+                waiters, self._idle_waiters = self._idle_waiters, []
+                for w in waiters:
+                    if not w.done():
+                        w.set_result(None)
+                if self._closing:
+                    return
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay if delay is not None else None)
+            except TimeoutError:
+                pass
+
+    async def _send_ready(self, now: float) -> float | None:
+        ready, delay = self.accumulator.ready(now, self._sendable)
+        by_node: dict[int, list[tuple[str, int]]] = {}
+        missing_leader = False
+        for tp in ready:
+            node = self.network.leaders.get(tp)
+            if node is None:
+                missing_leader = True
+                continue
+            by_node.setdefault(node, []).append(tp)
+        if missing_leader:
+            self._request_metadata()
+            delay = self.retry_backoff_s if delay is None else min(delay, self.retry_backoff_s)
+        for node, tps in by_node.items():
+            conn = self.network.ready_connection(node)
+            if conn is None:
+                try:
+                    conn = await self.network.connection(node)
+                except KafkaError as exc:
+                    log.warning("cannot reach broker %d: %s", node, exc)
+                    self._request_metadata()
+                    delay = self.retry_backoff_s if delay is None else min(delay, self.retry_backoff_s)
+                    continue
+            # Each request carries the first batch of each partition; repeat while capacity lasts.
+            while tps and self._node_inflight.get(node, 0) < self.max_in_flight:
+                batches = []
+                for tp in tps:
+                    if not self._sendable(tp, None):
+                        continue
+                    batch = self.accumulator.pop_first(tp)
+                    if batch is not None:
+                        self._prepare(tp, batch)
+                        batches.append(batch)
+                if not batches:
+                    break
+                self._dispatch(node, conn, batches)
+                tps = [tp for tp in tps if self._has_ready_head(tp, now)]
+        return delay
+
+    def _has_ready_head(self, tp: tuple[str, int], now: float) -> bool:
+        queued = self.accumulator.queued(tp)
+        if not queued:
+            return False
+        head = queued[0]
+        return head.retry_at <= now and (
+            head.full or len(queued) > 1 or head.encoded is not None or self.accumulator.flushing > 0
+        )
+
+    def _sendable(self, tp: tuple[str, int], batch: ProducerBatch | None) -> bool:
+        if self.txn.is_transactional:
+            if self.txn.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR):
+                return False
+            if not self.txn.is_partition_added(tp):
+                return False
+        if self.idempotent:
+            seq = self.partitions.get(tp)
+            if seq is not None:
+                if seq.retry or seq.bump:
+                    return False  # resolving: wait for the in-flight batches to answer
+                if len(seq.inflight) >= self.max_in_flight:
+                    return False
+        return True
+
+    def _prepare(self, tp: tuple[str, int], batch: ProducerBatch) -> None:
+        """Give a batch its producer id, epoch and sequence on first drain (retries keep theirs)."""
+        batch.attempts += 1
+        if not self.idempotent:
+            return
+        seq = self.partitions.get(tp)
+        if seq is None:
+            seq = self.partitions[tp] = PartitionSequences(self.txn.producer_epoch)
+        if batch.base_sequence < 0:
+            if not seq.inflight and seq.epoch != self.txn.producer_epoch:
+                seq.epoch, seq.next_sequence = self.txn.producer_epoch, 0  # adopt a bumped epoch
+            batch.set_producer_state(self.txn.producer_id, seq.epoch, seq.next_sequence)
+            seq.next_sequence = (seq.next_sequence + batch.record_count) & 0x7FFFFFFF
+        seq.inflight.append(batch)
+
+    def _dispatch(self, node: int, conn, batches: list[ProducerBatch]) -> None:
+        topics: dict[str, list] = {}
+        for batch in batches:
+            topics.setdefault(batch.topic, []).append(
+                ProduceRequest.TopicProduceData.PartitionProduceData(
+                    index=batch.partition, records=batch.encode(self.compression)
+                )
+            )
+        request = ProduceRequest(
+            transactional_id=self.txn.transactional_id,
+            acks=self.config.acks,
+            timeout_ms=self.config.request_timeout_ms,
+            topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p) for t, p in topics.items()],
+        )
+        self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
+        self._requests_sent += 1
+        task = asyncio.get_running_loop().create_task(
+            self._send_request(node, conn, request, batches, self._requests_sent)
+        )
+        self._request_tasks.add(task)
+        task.add_done_callback(self._request_tasks.discard)
+
+    async def _send_request(self, node, conn, request, batches: list[ProducerBatch], number: int) -> None:
+        faults = self.faults
+        try:
+            try:
+                if faults is not None and faults.fires(DELAY_SEND, number):
+                    await asyncio.sleep(faults.parameters["delay-send.ms"] / 1000.0)
+                if faults is not None and faults.fires(DROP_REQUEST, number):
+                    log.info("fault %s: Produce request #%d not sent", DROP_REQUEST, number)
+                    await asyncio.sleep(self.request_timeout_s)
+                    raise KafkaError("request lost (client fault drop-request)", ErrorCode.REQUEST_TIMED_OUT)
+                started = time.monotonic()
+                response = await conn.send(request)
+                if faults is not None and faults.fires(DROP_RESPONSE, number):
+                    log.info("fault %s: response to Produce request #%d ignored", DROP_RESPONSE, number)
+                    await asyncio.sleep(max(0.0, self.request_timeout_s - (time.monotonic() - started)))
+                    raise KafkaError(
+                        "response lost (client fault drop-response)", ErrorCode.REQUEST_TIMED_OUT
+                    )
+            except KafkaError as exc:
+                code = exc.code if exc.code != ErrorCode.UNKNOWN_SERVER_ERROR else ErrorCode.NETWORK_EXCEPTION
+                for batch in batches:
+                    self._failed(batch, code, str(exc))
+                return
+            if response is None:  # acks=0
+                for batch in batches:
+                    self._succeeded(batch, -1, -1)
+                return
+            by_tp = {}
+            for topic in response.responses:
+                for p in topic.partition_responses:
+                    by_tp[(topic.name, p.index)] = p
+            for batch in batches:
+                p = by_tp.get((batch.topic, batch.partition))
+                if p is None:
+                    self._failed(batch, ErrorCode.NETWORK_EXCEPTION, "partition missing from the response")
+                elif p.error_code == ErrorCode.NONE:
+                    self._succeeded(batch, p.base_offset, p.log_append_time_ms)
+                elif p.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+                    self._succeeded(batch, -1, -1)  # written before; Kafka reports success without offset
+                else:
+                    self._failed(batch, ErrorCode(p.error_code), p.error_message or "")
+        finally:
+            self._node_inflight[node] -= 1
+            self.wakeup()
+
+    # -- outcomes -----------------------------------------------------------------------------------
+
+    def _succeeded(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        seq = self.partitions.get((batch.topic, batch.partition))
+        if seq is not None and batch in seq.inflight:
+            seq.inflight.remove(batch)
+        self._complete(batch, base_offset, log_append_time, None)
+        if seq is not None and not seq.inflight:
+            self._resolve((batch.topic, batch.partition), seq)
+
+    def _failed(self, batch: ProducerBatch, code: ErrorCode, message: str) -> None:
+        tp = (batch.topic, batch.partition)
+        seq = self.partitions.get(tp)
+        earliest = seq is not None and seq.inflight and seq.inflight[0] is batch
+        if seq is not None and batch in seq.inflight:
+            seq.inflight.remove(batch)
+        what = f"produce to {tp[0]}-{tp[1]} (sequence {batch.base_sequence}, attempt {batch.attempts})"
+        expired = time.monotonic() - batch.created >= self.delivery_timeout_s
+        if code in FATAL_CODES and (self.txn.is_transactional or code != ErrorCode.INVALID_PRODUCER_EPOCH):
+            error = fatal_error_for(code, what)
+            self._complete(batch, -1, -1, error)
+            if self.txn.is_transactional:
+                self._txn_fail(TxnEvent.FAIL_FATAL, error)
+        elif self.idempotent and code in _SEQUENCE_ERRORS and earliest and not expired:
+            log.warning("%s: %s on the earliest unacknowledged batch", what, code.name)
+            if self.txn.is_transactional:
+                error = TransactionAbortableError(f"{what}: {code.name}; abort the transaction")
+                self._complete(batch, -1, -1, error)
+                self.txn.epoch_bump_required = True
+                self._txn_fail(TxnEvent.FAIL_ABORTABLE, error)
+            else:
+                seq.bump = True
+                seq.retry.append(batch)
+        elif (
+            (code.retriable or code in _SEQUENCE_ERRORS)
+            and batch.attempts <= self.config.retries
+            and not expired
+        ):
+            log.debug("%s: %s, will retry", what, code.name)
+            if code in _METADATA_ERRORS:
+                self._request_metadata()
+            batch.retry_at = time.monotonic() + self.retry_backoff_s
+            if seq is not None:
+                seq.retry.append(batch)
+            else:
+                self.accumulator.requeue(tp, [batch])
+        else:
+            reason = "delivery.timeout.ms passed" if expired else code.name
+            error = (
+                DeliveryTimeoutError(f"{what}: {reason}")
+                if expired
+                else KafkaError(f"{what}: {code.name}" + (f" ({message})" if message else ""), code)
+            )
+            self._complete(batch, -1, -1, error)
+            if batch.base_sequence >= 0:
+                self._sequence_gap(tp, seq, error)
+        if seq is not None and not seq.inflight:
+            self._resolve(tp, seq)
+
+    def _sequence_gap(self, tp, seq: PartitionSequences | None, error: BaseException) -> None:
+        """A batch with a sequence number failed for good: later sequences cannot be written as they are."""
+        if self.txn.is_transactional:
+            self.txn.epoch_bump_required = True
+            self._txn_fail(TxnEvent.FAIL_ABORTABLE, error)
+        elif seq is not None:
+            seq.bump = True
+
+    def _txn_error(self) -> BaseException:
+        error = self.txn.last_error
+        if isinstance(error, TransactionAbortableError) or self.txn.state is TxnState.FATAL_ERROR and error:
+            return error
+        return TransactionAbortableError(f"the transaction failed ({error}); abort it")
+
+    def _txn_fail(self, event: TxnEvent, error: BaseException) -> None:
+        try:
+            self.txn.transition(event, error)
+        except KafkaError:
+            pass  # already in FATAL_ERROR, or not in a transaction any more
+
+    def _resolve(self, tp: tuple[str, int], seq: PartitionSequences) -> None:
+        """The partition has nothing in flight: bump the epoch if needed and requeue retries in order."""
+        if seq.bump:
+            self._bump_epoch()
+            pending = sorted(
+                seq.retry + [b for b in self.accumulator.queued(tp) if b.base_sequence >= 0 and not b.done],
+                key=lambda b: b.base_sequence,
+            )
+            seq.epoch, seq.next_sequence = self.txn.producer_epoch, 0
+            for batch in pending:
+                batch.set_producer_state(self.txn.producer_id, seq.epoch, seq.next_sequence)
+                seq.next_sequence = (seq.next_sequence + batch.record_count) & 0x7FFFFFFF
+            log.warning(
+                "%s-%d: epoch bumped to %d, %d unacknowledged batches renumbered from sequence 0",
+                tp[0],
+                tp[1],
+                seq.epoch,
+                len(pending),
+            )
+            seq.bump = False
+        if seq.retry:
+            retry, seq.retry = seq.retry, []
+            self.accumulator.requeue(tp, [b for b in retry if not b.done])
+        self.wakeup()
+
+    def _bump_epoch(self) -> None:
+        """KIP-360 for an idempotent producer: a new epoch, chosen locally."""
+        if self.txn.producer_epoch >= _MAX_EPOCH:
+            raise KafkaError(
+                "producer epoch exhausted; restart the producer", ErrorCode.INVALID_PRODUCER_EPOCH
+            )
+        self.txn.set_producer(self.txn.producer_id, self.txn.producer_epoch + 1)
+        self.epoch_bumps += 1
+
+    def reset_sequences(self) -> None:
+        """After a new producer id or epoch from InitProducerId: every partition starts at sequence 0."""
+        for seq in self.partitions.values():
+            seq.epoch, seq.next_sequence, seq.bump = self.txn.producer_epoch, 0, False
+
+    def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int, error) -> None:
+        if not batch.done:
+            self.accumulator.memory.release(batch.reserved)
+        batch.complete(base_offset, log_append_time, error)
+
+    def fail_queued(self, error: BaseException) -> int:
+        """Complete every batch not yet sent with ``error`` (abort_transaction, close)."""
+        batches = self.accumulator.drain_all()
+        for seq in self.partitions.values():
+            batches.extend(seq.retry)
+            seq.retry = []
+        for batch in batches:
+            self._complete(batch, -1, -1, error)
+        return len(batches)
+
+    def _expire(self, now: float) -> None:
+        for batch in self.accumulator.expire(now, self.delivery_timeout_s):
+            error = DeliveryTimeoutError(
+                f"{len(batch.timestamps)} records for {batch.topic}-{batch.partition} expired: not sent "
+                f"within delivery.timeout.ms ({self.config.delivery_timeout_ms} ms)"
+            )
+            self._complete(batch, -1, -1, error)
+            if batch.base_sequence >= 0:
+                self._sequence_gap(
+                    (batch.topic, batch.partition), self.partitions.get((batch.topic, batch.partition)), error
+                )
+
+    # -- metadata and transactions ------------------------------------------------------------------
+
+    def _request_metadata(self) -> None:
+        if self._metadata_task is None or self._metadata_task.done():
+            topics = sorted(
+                {tp[0] for tp in self.accumulator.partitions()} | set(self.network.partition_counts)
+            )
+            self._metadata_task = asyncio.get_running_loop().create_task(self._refresh(topics))
+
+    async def _refresh(self, topics: list[str]) -> None:
+        try:
+            await asyncio.sleep(self.retry_backoff_s)
+            await self.network.refresh(topics)
+        except KafkaError as exc:
+            log.warning("metadata refresh failed: %s", exc)
+        finally:
+            self.wakeup()
+
+    def _maybe_add_partitions(self) -> None:
+        if (
+            self.txn.state is not TxnState.IN_TRANSACTION
+            and self.txn.state is not TxnState.COMMITTING_TRANSACTION
+        ):
+            return
+        if not self.txn.partitions_to_add():
+            return
+        if self._add_partitions_task is None or self._add_partitions_task.done():
+            from onceflow.client.producer.txn_requests import add_partitions_to_txn
+
+            self._add_partitions_task = asyncio.get_running_loop().create_task(
+                self._add_partitions(add_partitions_to_txn)
+            )
+
+    async def _add_partitions(self, add_partitions_to_txn) -> None:
+        try:
+            await add_partitions_to_txn(self.network, self.txn, self.txn.partitions_to_add(), self.config)
+        except KafkaError as exc:
+            event = (
+                TxnEvent.FAIL_FATAL if getattr(exc, "code", None) in FATAL_CODES else TxnEvent.FAIL_ABORTABLE
+            )
+            self._txn_fail(event, exc)
+            log.warning("AddPartitionsToTxn failed: %s", exc)
+        finally:
+            self.wakeup()

@@ -1,0 +1,247 @@
+"""The producer's requests to coordinators: one function per API, each building its request and
+turning the answer into a result or a classified error (fatal, abortable, or retried inside).
+
+InitProducerId (idempotent: any broker; transactional: the transaction coordinator, with the current
+producer id and epoch for a KIP-360 bump), AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit (to
+the group coordinator), EndTxn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    TxnOffsetCommitRequest,
+)
+
+from onceflow.client.producer.errors import FATAL_CODES, TransactionAbortableError, fatal_error_for
+from onceflow.client.producer.network import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, ProducerNetwork
+from onceflow.client.producer.transaction_manager import TransactionManager
+from onceflow.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+# Clients send AddPartitionsToTxn up to v3 (v4+ is broker-to-broker, KIP-890); InitProducerId v6 is
+# unstable (two-phase commit) in Kafka 4.
+ADD_PARTITIONS_MAX_VERSION = 3
+INIT_PRODUCER_ID_MAX_VERSION = 5
+# EndTxn v5 opts into KIP-890's transaction protocol v2 (an epoch bump at every commit, partitions added
+# by Produce itself); we speak v1: explicit AddPartitionsToTxn, one epoch per producer session.
+END_TXN_MAX_VERSION = 4
+_RETRIED = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS})
+
+
+def _classify(code: ErrorCode, what: str) -> KafkaError:
+    if code in FATAL_CODES:
+        return fatal_error_for(code, what)
+    return TransactionAbortableError(f"{what}: {code.name}; abort the transaction and retry it")
+
+
+def _deadline(config) -> float:
+    return time.monotonic() + config.max_block_ms / 1000.0
+
+
+async def init_producer_id(network: ProducerNetwork, txn: TransactionManager, config) -> tuple[int, int]:
+    """A producer id and epoch; with a transactional.id this fences every earlier producer using it."""
+    deadline = _deadline(config)
+    if not txn.is_transactional:
+        while True:
+            try:
+                conn = await network.any_connection()
+                version = min(conn.version_for(InitProducerIdRequest), INIT_PRODUCER_ID_MAX_VERSION)
+                response = await conn.send(
+                    InitProducerIdRequest(
+                        transactional_id=None, transaction_timeout_ms=config.transaction_timeout_ms
+                    ),
+                    version=version,
+                )
+                code = ErrorCode(response.error_code)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                code = exc.code
+            if code == ErrorCode.NONE:
+                return response.producer_id, response.producer_epoch
+            if not code.retriable or time.monotonic() >= deadline:
+                raise KafkaError(f"InitProducerId failed: {code.name}", code)
+            await asyncio.sleep(network.retry_backoff_s)
+    bump = txn.producer_id >= 0  # KIP-360: bump our own epoch after an abortable sequence error
+
+    def make():
+        return InitProducerIdRequest(
+            transactional_id=txn.transactional_id,
+            transaction_timeout_ms=txn.transaction_timeout_ms,
+            producer_id=txn.producer_id if bump else -1,
+            producer_epoch=txn.producer_epoch if bump else -1,
+        )
+
+    response = await network.coordinator_request(
+        KEY_TYPE_TRANSACTION,
+        txn.transactional_id,
+        make,
+        lambda r: r.error_code,
+        what=f"InitProducerId({txn.transactional_id!r})",
+        deadline=deadline,
+        max_version=INIT_PRODUCER_ID_MAX_VERSION,
+        retry_codes=_RETRIED,
+    )
+    code = ErrorCode(response.error_code)
+    if code != ErrorCode.NONE:
+        raise (
+            fatal_error_for(code, f"init_transactions({txn.transactional_id!r})")
+            if code in FATAL_CODES
+            else KafkaError(f"init_transactions({txn.transactional_id!r}) failed: {code.name}", code)
+        )
+    return response.producer_id, response.producer_epoch
+
+
+async def add_partitions_to_txn(
+    network: ProducerNetwork, txn: TransactionManager, partitions: list[tuple[str, int]], config
+) -> None:
+    topics: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        topics.setdefault(topic, []).append(partition)
+
+    def make():
+        return AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=txn.transactional_id,
+            v3_and_below_producer_id=txn.producer_id,
+            v3_and_below_producer_epoch=txn.producer_epoch,
+            v3_and_below_topics=[
+                AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps)
+                for t, ps in topics.items()
+            ],
+        )
+
+    def first_error(response) -> int:
+        for topic in response.results_by_topic_v3_and_below:
+            for p in topic.results_by_partition:
+                if p.partition_error_code not in (ErrorCode.NONE, ErrorCode.OPERATION_NOT_ATTEMPTED):
+                    return p.partition_error_code
+        return getattr(response, "error_code", 0) or 0
+
+    response = await network.coordinator_request(
+        KEY_TYPE_TRANSACTION,
+        txn.transactional_id,
+        make,
+        first_error,
+        what="AddPartitionsToTxn",
+        deadline=_deadline(config),
+        max_version=ADD_PARTITIONS_MAX_VERSION,
+        retry_codes=_RETRIED | {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION},
+    )
+    code = ErrorCode(first_error(response))
+    if code != ErrorCode.NONE:
+        raise _classify(code, f"adding {partitions} to the transaction")
+    txn.partitions_added(partitions)
+    log.debug("partitions %s added to transaction %r", partitions, txn.transactional_id)
+
+
+async def add_offsets_to_txn(
+    network: ProducerNetwork, txn: TransactionManager, group_id: str, config
+) -> None:
+    response = await network.coordinator_request(
+        KEY_TYPE_TRANSACTION,
+        txn.transactional_id,
+        lambda: AddOffsetsToTxnRequest(
+            transactional_id=txn.transactional_id,
+            producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch,
+            group_id=group_id,
+        ),
+        lambda r: r.error_code,
+        what="AddOffsetsToTxn",
+        deadline=_deadline(config),
+        retry_codes=_RETRIED,
+    )
+    code = ErrorCode(response.error_code)
+    if code != ErrorCode.NONE:
+        raise _classify(code, f"adding the offsets of group {group_id!r} to the transaction")
+
+
+async def txn_offset_commit(
+    network: ProducerNetwork,
+    txn: TransactionManager,
+    offsets: dict[tuple[str, int], int],
+    group,
+    config,
+) -> None:
+    topics: dict[str, list] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        topics.setdefault(topic, []).append(
+            TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                partition_index=partition,
+                committed_offset=offset,
+                committed_leader_epoch=-1,
+                committed_metadata="",
+            )
+        )
+
+    def make():
+        return TxnOffsetCommitRequest(
+            transactional_id=txn.transactional_id,
+            group_id=group.group_id,
+            producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch,
+            generation_id=group.generation_id,
+            member_id=group.member_id,
+            group_instance_id=group.group_instance_id,
+            topics=[
+                TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=t, partitions=ps)
+                for t, ps in topics.items()
+            ],
+        )
+
+    def first_error(response) -> int:
+        for topic in response.topics:
+            for p in topic.partitions:
+                if p.error_code != ErrorCode.NONE:
+                    return p.error_code
+        return 0
+
+    response = await network.coordinator_request(
+        KEY_TYPE_GROUP,
+        group.group_id,
+        make,
+        first_error,
+        what="TxnOffsetCommit",
+        deadline=_deadline(config),
+        retry_codes=_RETRIED | {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION},
+    )
+    code = ErrorCode(first_error(response))
+    if code == ErrorCode.NONE:
+        return
+    if code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
+        # KIP-447: the consumer lost its partitions to a rebalance; this transaction must not commit.
+        raise TransactionAbortableError(
+            f"group {group.group_id!r} rebalanced ({code.name}): the offsets belong to an old generation; "
+            "abort the transaction and continue from the new assignment"
+        )
+    raise _classify(code, f"committing offsets of group {group.group_id!r} in the transaction")
+
+
+async def end_txn(network: ProducerNetwork, txn: TransactionManager, commit: bool, config) -> None:
+    response = await network.coordinator_request(
+        KEY_TYPE_TRANSACTION,
+        txn.transactional_id,
+        lambda: EndTxnRequest(
+            transactional_id=txn.transactional_id,
+            producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch,
+            committed=commit,
+        ),
+        lambda r: r.error_code,
+        what="EndTxn",
+        deadline=_deadline(config),
+        max_version=END_TXN_MAX_VERSION,
+        retry_codes=_RETRIED,
+    )
+    code = ErrorCode(response.error_code)
+    if code != ErrorCode.NONE:
+        raise _classify(code, "commit_transaction" if commit else "abort_transaction")
