@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from onceflow.cli.main import cli
 from onceflow.cli.produce import lines_to_records
-from onceflow.cli.serve import broker_config
+from onceflow.cli.serve import broker_config, dev_overrides
 from onceflow.protocol.record_codec import encode_batch
 from onceflow.protocol.records import build_control_batch
 
@@ -94,6 +94,14 @@ def test_broker_config_uses_kafka_names(tmp_path):
     assert config.auto_create_topics_enable is False
     assert config.faults == {"drop-response-after-append": 0.5}
     assert config.data_dir == tmp_path
+
+
+def test_dev_mode_forms_groups_at_once_unless_told_otherwise(tmp_path):
+    dev = broker_config("127.0.0.1", 0, tmp_path, {}, dev_overrides({}))
+    assert dev.group_initial_rebalance_delay_ms == 0
+    explicit = dev_overrides({"group.initial.rebalance.delay.ms": "500"})
+    assert broker_config("127.0.0.1", 0, tmp_path, {}, explicit).group_initial_rebalance_delay_ms == 500
+    assert broker_config("127.0.0.1", 0, tmp_path, {}, {}).group_initial_rebalance_delay_ms == 3000
 
 
 def test_lines_to_records_splits_on_the_first_separator():

@@ -40,6 +40,11 @@ def broker_config(host: str, port: int, data_dir: Path, faults: dict[str, str], 
     return BrokerConfig(**kwargs)
 
 
+def dev_overrides(overrides: dict[str, str]) -> dict[str, str]:
+    """``--dev``: no initial rebalance delay, unless the user set one explicitly."""
+    return {"group.initial.rebalance.delay.ms": "0", **overrides}
+
+
 def _convert(raw: str, kind: type, name: str):
     if kind is bool:
         if raw.lower() not in ("true", "false"):
@@ -67,13 +72,22 @@ def _convert(raw: str, kind: type, name: str):
     "--fault", "faults", multiple=True, metavar="NAME=PROB", help="Switch on a fault point (tests, chaos)."
 )
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="Broker config, Kafka names.")
-@click.option("--dev", is_flag=True, help="Developer mode: debug logging.")
-def serve(host, port, data_dir, faults, configs, dev):
+@click.option(
+    "--dev",
+    is_flag=True,
+    help="Developer mode: group.initial.rebalance.delay.ms=0 (unless --config sets it), so a new group "
+    "is formed at once instead of waiting Kafka's 3 s for more members.",
+)
+@click.option("--verbose", is_flag=True, help="Debug logging.")
+def serve(host, port, data_dir, faults, configs, dev, verbose):
     """Run a broker in the foreground (Ctrl-C stops it cleanly)."""
-    config = broker_config(
-        host, port, data_dir, parse_key_values(faults, "--fault"), parse_key_values(configs, "--config")
+    overrides = (
+        dev_overrides(parse_key_values(configs, "--config")) if dev else parse_key_values(configs, "--config")
     )
-    logging.basicConfig(level=logging.DEBUG if dev else logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    config = broker_config(host, port, data_dir, parse_key_values(faults, "--fault"), overrides)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT, stream=sys.stderr
+    )
     try:
         from onceflow.broker.server import run
     except ImportError as exc:
