@@ -105,6 +105,7 @@ class RecordAccumulator:
         self.transactional = int(transactional)
         self._queues: dict[tuple[str, int], deque[ProducerBatch]] = {}
         self._lock = threading.Lock()
+        self.batches_created = 0  # send() yields to the sender when this moves
         self.flushing = 0  # > 0 while flush()/close() wants every batch out now
         self._on_new_batch = on_new_batch  # called (outside the lock) when a batch starts or fills
 
@@ -123,10 +124,14 @@ class RecordAccumulator:
                 queue = self._queues[tp] = deque()
             if queue:
                 last = queue[-1]
-                if not last.full and last.builder is not None:
-                    index = last.try_append(timestamp, key, value, headers)
-                    if index is not None:
+                builder = last.builder
+                if not last.full and builder is not None:
+                    timestamps = last.timestamps
+                    index = len(timestamps)
+                    if builder.append(index, timestamp, key, value, headers) is not None:
+                        timestamps.append(timestamp)
                         return RecordFuture(last, index)
+                    last.full = True
                     wake = True  # it just filled: ready to send
             need = max(self.batch_size, _record_estimate(key, value, headers))
             if not self.memory.try_reserve(need):
@@ -137,6 +142,7 @@ class RecordAccumulator:
             batch = ProducerBatch(topic, partition, builder, time.monotonic(), need)
             index = batch.try_append(timestamp, key, value, headers)
             queue.append(batch)
+            self.batches_created += 1
         if self._on_new_batch is not None:
             self._on_new_batch()
         return RecordFuture(batch, index)

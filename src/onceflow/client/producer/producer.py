@@ -48,6 +48,8 @@ from onceflow.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
+_NO_HEADERS: list = []  # shared: the batch builder only reads it
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMetadata:
@@ -197,7 +199,12 @@ class AsyncProducer:
         count = self._network.partition_counts.get(topic)
         if count is None:
             count = await self._network.wait_for_topic(topic, self._block_deadline())
+        created = self._accumulator.batches_created
         result = self._append(topic, value, key, partition, timestamp_ms, headers, count)
+        if self._accumulator.batches_created != created:
+            # A batch was started (so the previous one is full): let the sender put it on the wire
+            # while we go on filling the next one, instead of only when the caller next waits.
+            await asyncio.sleep(0)
         if type(result) is int:
             deadline = self._block_deadline()
             while type(result) is int:
@@ -212,7 +219,8 @@ class AsyncProducer:
         txn = self.txn
         if txn.transactional_id is not None:
             txn.check_can_send()
-        if partition is None:
+        chosen = partition is None
+        if chosen:
             partition = self._partitioner.partition(topic, key, count)
         elif not 0 <= partition < count:
             raise KafkaError(f"partition {partition} of {topic!r} does not exist (it has {count})", 3)
@@ -222,12 +230,13 @@ class AsyncProducer:
             int(time.time() * 1000) if timestamp_ms is None else timestamp_ms,
             key,
             value,
-            list(headers) if headers else [],
+            list(headers) if headers else _NO_HEADERS,
         )
         if type(result) is not int:
-            self._partitioner.record_appended(
-                topic, partition, (len(value) if value else 0) + (len(key) if key else 0)
-            )
+            if chosen:
+                self._partitioner.record_appended(
+                    topic, partition, (len(value) if value else 0) + (len(key) if key else 0)
+                )
             if txn.transactional_id is not None and (topic, partition) not in txn.added:
                 txn.maybe_add_partition((topic, partition))
                 self._wake_sender()
