@@ -135,11 +135,6 @@ def test_broker_survives_fuzzing_with_data_intact(broker, make_topic):
 _fuzz_outcome: dict[str, str] = {}
 
 
-@pytest.mark.xfail(
-    reason="broker bug found by this fuzzer: handlers/list_offsets.py raises TypeError on a null "
-    "partitions array instead of treating the frame as unreadable",
-    strict=False,
-)
 def test_no_request_crashed_a_handler():
     """A damaged frame must be refused as unreadable (a WARNING) or answered with an error code;
     an unexpected exception inside a handler (logged at ERROR with a traceback) is a bug."""

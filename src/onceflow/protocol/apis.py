@@ -128,7 +128,32 @@ def decode_request(
         body = request_cls.decode(memoryview(frame)[header.body_offset :], version=api_version)
     except Exception as exc:  # any decode failure means the frame is unreadable
         raise InvalidRequest(f"cannot decode {request_cls.__name__} v{api_version}: {exc!r}")
+    _reject_null_where_not_nullable(body, request_cls._struct, api_version, request_cls.__name__)
     return header, body
+
+
+# Types whose null (-1 / 0 length prefix) kafka-python decodes as None whatever the schema says.
+_NULLABLE_KINDS = ("string", "bytes", "records")
+
+
+def _reject_null_where_not_nullable(obj, struct_field, version: int, path: str) -> None:
+    """Kafka's parser refuses a null in a field the schema does not declare nullable at this version;
+    kafka-python accepts it and hands handlers a ``None`` where they expect a list or a string. Doing
+    the check once here keeps every handler free of such guards (the fuzz test found them)."""
+    for field in struct_field._fields:
+        if field.tag is not None or not field.for_version_q(version):
+            continue
+        value = getattr(obj, field.name, None)
+        if value is None:
+            if (
+                field.is_array() or field.is_struct() or field.type_str in _NULLABLE_KINDS
+            ) and not field.nullable_for_version_q(version):
+                raise InvalidRequest(f"{path}.{field.name} is null but not nullable in v{version}")
+        elif field.is_struct_array():
+            for item in value:
+                _reject_null_where_not_nullable(item, field, version, f"{path}.{field.name}")
+        elif field.is_struct():
+            _reject_null_where_not_nullable(value, field, version, f"{path}.{field.name}")
 
 
 def encode_response(response: ApiMessage, correlation_id: int, api_version: int) -> bytearray:
