@@ -13,7 +13,6 @@ import logging
 from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from onceflow.client.fetch_records import filter_batches
 from onceflow.protocol.errors import ErrorCode, KafkaError
@@ -49,30 +48,34 @@ FETCH_MAX_WAIT_MS = 500
 
 def records_to_arrow(topic: str, partition: int, records, ts_types) -> pa.RecordBatch:
     """Build one batch from decoded records (in offset order) and their batches' timestamp types."""
-    keys, values, offsets, timestamps, types = [], [], [], [], []
+    n = len(records)
+    # Record is a NamedTuple (offset, timestamp, key, value, headers): transpose in C, not per field.
+    offsets, timestamps, keys, values, headers = zip(*records, strict=True)
+    distinct_types = {t for _last, t in ts_types}
+    if len(distinct_types) == 1:
+        types = [distinct_types.pop()] * n
+    else:
+        types, batch_index = [], 0
+        for offset in offsets:
+            while ts_types[batch_index][0] < offset:
+                batch_index += 1
+            types.append(ts_types[batch_index][1])
     header_offsets = [0]
     header_keys: list[str] = []
     header_values: list[bytes | None] = []
-    batch_index = 0
-    for record in records:
-        while ts_types[batch_index][0] < record.offset:
-            batch_index += 1
-        keys.append(record.key)
-        values.append(record.value)
-        offsets.append(record.offset)
-        timestamps.append(record.timestamp)
-        types.append(ts_types[batch_index][1])
-        if record.headers:
-            for hkey, hvalue in record.headers:
+    if any(headers):
+        for record_headers in headers:
+            for hkey, hvalue in record_headers:
                 header_keys.append(hkey)
                 header_values.append(hvalue)
-        header_offsets.append(len(header_keys))
-    n = len(offsets)
+            header_offsets.append(len(header_keys))
+    else:
+        header_offsets *= n + 1
     header_structs = pa.StructArray.from_arrays(
         [pa.array(header_keys, pa.string()), pa.array(header_values, pa.binary())],
         fields=list(HEADER_TYPE),
     )
-    micros = pc.multiply(pa.array(timestamps, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
+    micros = [t * 1000 for t in timestamps]
     return pa.RecordBatch.from_arrays(
         [
             pa.array(keys, pa.binary()),
@@ -80,7 +83,7 @@ def records_to_arrow(topic: str, partition: int, records, ts_types) -> pa.Record
             pa.array([topic] * n, pa.string()),
             pa.array([partition] * n, pa.int32()),
             pa.array(offsets, pa.int64()),
-            micros,
+            pa.array(micros, pa.timestamp("us", tz="UTC")),
             pa.array(types, pa.int32()),
             pa.ListArray.from_arrays(pa.array(header_offsets, pa.int32()), header_structs),
         ],
