@@ -1,0 +1,380 @@
+"""AdminClient: topics, configs, partitions, consumer groups, transactions and producers.
+
+:class:`AsyncAdminClient` is the asyncio core; :class:`AdminClient` runs it on a private event loop
+for scripts. Each call sends the request to the broker Kafka's AdminClient would: any broker for
+topics and configs, the group coordinator for groups, the transaction coordinator for
+DescribeTransactions, every broker for ListTransactions, and the partition leader for
+DescribeProducers and for aborting a hanging transaction (KIP-664: a WriteTxnMarkers abort).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
+    IncrementalAlterConfigsRequest,
+    ListGroupsRequest,
+    ListTransactionsRequest,
+)
+from kafka.protocol.producer import WriteTxnMarkersRequest
+
+from onceflow.client.async_client import AsyncClient, ClusterMetadata, TopicInfo
+from onceflow.client.connection import Connection
+from onceflow.client.consumer.assignors import decode_assignment
+from onceflow.client.consumer.coordinator import find_coordinator
+from onceflow.client.consumer.structs import OffsetAndMetadata, TopicPartition
+from onceflow.protocol.errors import ErrorCode, KafkaError
+
+_TOPIC_RESOURCE = 2
+_TXN_KEY_TYPE = 1
+_OP_SET, _OP_DELETE = 0, 1
+
+
+def _check(code: int, what: str, message: str | None = None) -> None:
+    if code != ErrorCode.NONE:
+        error = ErrorCode(code)
+        raise KafkaError(f"{what}: {error.name}" + (f" ({message})" if message else ""), error)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: list[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[MemberDescription] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    transactional_id: str
+    state: str
+    timeout_ms: int
+    start_time_ms: int
+    producer_id: int
+    producer_epoch: int
+    partitions: list[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_transaction_start_offset: int
+
+
+class AsyncAdminClient:
+    def __init__(
+        self,
+        bootstrap_servers: str = "127.0.0.1:9092",
+        *,
+        client_id: str = "onceflow-admin",
+        request_timeout_ms: int = 30000,
+    ) -> None:
+        self._client = AsyncClient(
+            bootstrap_servers, client_id=client_id, request_timeout_s=request_timeout_ms / 1000
+        )
+        self._client_id = client_id
+        self._timeout_ms = request_timeout_ms
+        self._extra: dict[tuple[str, int], Connection] = {}
+
+    async def __aenter__(self) -> AsyncAdminClient:
+        await self._client.any_connection()
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        conns, self._extra = self._extra, {}
+        await asyncio.gather(*(c.close() for c in conns.values()), return_exceptions=True)
+        await self._client.close()
+
+    async def _conn_to(self, host: str, port: int) -> Connection:
+        conn = self._extra.get((host, port))
+        if conn is None or conn.closed:
+            conn = await Connection.open(
+                host, port, client_id=self._client_id, request_timeout_s=self._timeout_ms / 1000
+            )
+            self._extra[(host, port)] = conn
+        return conn
+
+    async def _any(self) -> Connection:
+        return await self._client.any_connection()
+
+    async def _leader(self, topic: str, partition: int) -> Connection:
+        metadata = await self._client.metadata([topic])
+        info = metadata.topics.get(topic)
+        if info is None or partition not in info.partitions:
+            raise KafkaError(f"{topic}-{partition} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return await self._conn_to(*metadata.brokers[info.partitions[partition].leader])
+
+    async def _coordinator(self, key: str, key_type: int = 0) -> Connection:
+        _node, host, port = await find_coordinator(self._client, key, key_type)
+        return await self._conn_to(host, port)
+
+    # -- topics ----------------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        configs: dict[str, str] | None = None,
+    ) -> None:
+        await self._client.create_topic(
+            name, partitions=partitions, replication_factor=replication_factor, configs=configs
+        )
+
+    async def delete_topic(self, name: str) -> None:
+        await self._client.delete_topic(name)
+
+    async def list_topics(self, *, internal: bool = False) -> list[str]:
+        metadata = await self._client.metadata(None)
+        return sorted(t for t, info in metadata.topics.items() if internal or not info.internal)
+
+    async def describe_topic(self, name: str) -> TopicInfo:
+        metadata: ClusterMetadata = await self._client.metadata([name])
+        info = metadata.topics.get(name)
+        if info is None:
+            raise KafkaError(f"topic {name!r} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        _check(info.error, f"describe topic {name!r}")
+        return info
+
+    async def describe_configs(self, topic: str) -> dict[str, str | None]:
+        return await self._client.describe_topic_configs(topic)
+
+    async def alter_configs(
+        self, topic: str, set_: dict[str, str] | None = None, delete: list[str] | None = None
+    ) -> None:
+        """IncrementalAlterConfigs: set and delete (revert to default) topic configs."""
+        r = IncrementalAlterConfigsRequest
+        configs = [
+            r.AlterConfigsResource.AlterableConfig(name=k, config_operation=_OP_SET, value=v)
+            for k, v in (set_ or {}).items()
+        ]
+        configs += [
+            r.AlterConfigsResource.AlterableConfig(name=k, config_operation=_OP_DELETE, value=None)
+            for k in delete or ()
+        ]
+        request = r(
+            resources=[
+                r.AlterConfigsResource(resource_type=_TOPIC_RESOURCE, resource_name=topic, configs=configs)
+            ],
+            validate_only=False,
+        )
+        response = await (await self._any()).send(request)
+        for result in response.responses:
+            _check(result.error_code, f"alter configs of topic {topic!r}", result.error_message)
+
+    async def create_partitions(self, topic: str, total: int) -> None:
+        r = CreatePartitionsRequest
+        request = r(
+            topics=[r.CreatePartitionsTopic(name=topic, count=total, assignments=None)],
+            timeout_ms=self._timeout_ms,
+            validate_only=False,
+        )
+        response = await (await self._any()).send(request)
+        for result in response.results:
+            _check(result.error_code, f"create partitions of {topic!r}", result.error_message)
+
+    # -- groups ----------------------------------------------------------------------------------
+
+    async def list_groups(self) -> list[tuple[str, str]]:
+        """``(group_id, protocol_type)`` of every group on every broker."""
+        metadata = await self._client.metadata([])
+        groups = []
+        for host, port in metadata.brokers.values():
+            response = await (await self._conn_to(host, port)).send(ListGroupsRequest())
+            _check(response.error_code, "list groups")
+            groups += [(g.group_id, g.protocol_type) for g in response.groups]
+        return sorted(groups)
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        conn = await self._coordinator(group_id)
+        response = await conn.send(
+            DescribeGroupsRequest(groups=[group_id], include_authorized_operations=False)
+        )
+        g = response.groups[0]
+        _check(g.error_code, f"describe group {group_id!r}")
+        members = [
+            MemberDescription(
+                m.member_id,
+                getattr(m, "group_instance_id", None),
+                m.client_id,
+                m.client_host,
+                decode_assignment(m.member_assignment).partitions if g.protocol_type == "consumer" else [],
+            )
+            for m in g.members
+        ]
+        return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, members)
+
+    async def list_group_offsets(
+        self, group_id: str, partitions: list[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        from kafka.protocol.consumer import OffsetFetchRequest
+
+        conn = await self._coordinator(group_id)
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            topics = [
+                OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                for t, ps in by_topic.items()
+            ]
+        version = min(conn.version_for(OffsetFetchRequest), 7)
+        response = await conn.send(
+            OffsetFetchRequest(group_id=group_id, topics=topics, require_stable=False), version=version
+        )
+        _check(getattr(response, "error_code", 0) or 0, f"list offsets of group {group_id!r}")
+        result = {}
+        for t in response.topics:
+            for p in t.partitions:
+                _check(p.error_code, f"offset of {t.name}-{p.partition_index} in group {group_id!r}")
+                if p.committed_offset >= 0:
+                    result[TopicPartition(t.name, p.partition_index)] = OffsetAndMetadata(
+                        p.committed_offset, p.metadata or ""
+                    )
+        return result
+
+    async def delete_group(self, group_id: str) -> None:
+        conn = await self._coordinator(group_id)
+        response = await conn.send(DeleteGroupsRequest(groups_names=[group_id]))
+        for result in response.results:
+            _check(result.error_code, f"delete group {result.group_id!r}")
+
+    # -- transactions and producers --------------------------------------------------------------
+
+    async def list_transactions(self, states: list[str] | None = None) -> list[TransactionListing]:
+        metadata = await self._client.metadata([])
+        out = []
+        for host, port in metadata.brokers.values():
+            conn = await self._conn_to(host, port)
+            response = await conn.send(
+                ListTransactionsRequest(state_filters=states or [], producer_id_filters=[])
+            )
+            _check(response.error_code, "list transactions")
+            out += [
+                TransactionListing(t.transactional_id, t.producer_id, t.transaction_state)
+                for t in response.transaction_states
+            ]
+        return sorted(out, key=lambda t: t.transactional_id)
+
+    async def describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        conn = await self._coordinator(transactional_id, _TXN_KEY_TYPE)
+        response = await conn.send(DescribeTransactionsRequest(transactional_ids=[transactional_id]))
+        t = response.transaction_states[0]
+        _check(t.error_code, f"describe transaction {transactional_id!r}")
+        return TransactionDescription(
+            t.transactional_id,
+            t.transaction_state,
+            t.transaction_timeout_ms,
+            t.transaction_start_time_ms,
+            t.producer_id,
+            t.producer_epoch,
+            [TopicPartition(x.topic, p) for x in t.topics for p in x.partitions],
+        )
+
+    async def describe_producers(self, tp: TopicPartition) -> list[ProducerState]:
+        conn = await self._leader(tp.topic, tp.partition)
+        r = DescribeProducersRequest
+        response = await conn.send(
+            r(topics=[r.TopicRequest(name=tp.topic, partition_indexes=[tp.partition])])
+        )
+        p = response.topics[0].partitions[0]
+        _check(p.error_code, f"describe producers of {tp.topic}-{tp.partition}", p.error_message)
+        return [
+            ProducerState(
+                s.producer_id,
+                s.producer_epoch,
+                s.last_sequence,
+                s.last_timestamp,
+                s.coordinator_epoch,
+                s.current_txn_start_offset,
+            )
+            for s in p.active_producers
+        ]
+
+    async def abort_transaction(
+        self, tp: TopicPartition, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> None:
+        """Write an abort marker for a hanging transaction on one partition (KIP-664): find the
+        producer with :meth:`describe_producers`; the partition's LSO then moves past it."""
+        conn = await self._leader(tp.topic, tp.partition)
+        r = WriteTxnMarkersRequest
+        marker = r.WritableTxnMarker(
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            transaction_result=False,
+            topics=[
+                r.WritableTxnMarker.WritableTxnMarkerTopic(name=tp.topic, partition_indexes=[tp.partition])
+            ],
+            coordinator_epoch=coordinator_epoch,
+        )
+        response = await conn.send(r(markers=[marker]))
+        for m in response.markers:
+            for t in m.topics:
+                for p in t.partitions:
+                    _check(
+                        p.error_code,
+                        f"abort transaction of producer {producer_id} on {t.name}-{p.partition_index}",
+                    )
+
+
+class AdminClient:
+    """Blocking facade: the same methods as :class:`AsyncAdminClient`, run on a private loop."""
+
+    def __init__(self, bootstrap_servers: str = "127.0.0.1:9092", **kwargs) -> None:
+        self._runner = asyncio.Runner()
+        self._admin = AsyncAdminClient(bootstrap_servers, **kwargs)
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self._runner.run(self._admin.close())
+        finally:
+            self._runner.close()
+
+    def __getattr__(self, name: str):
+        method = getattr(self._admin, name)
+        if not asyncio.iscoroutinefunction(method) or name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args, **kwargs):
+            return self._runner.run(method(*args, **kwargs))
+
+        call.__name__ = name
+        call.__doc__ = method.__doc__
+        return call
