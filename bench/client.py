@@ -10,7 +10,10 @@ are interleaved round by round and medians reported. Targets: onceflow >= 1.5x a
 
 The script is a table of phases and contenders (``PHASES``): a phase is a setup step plus one worker
 function per contender, called in the worker subprocess as ``fn(bootstrap, topic, records, args)``
-and returning the number of records handled. The consume half adds its phase here.
+and returning the number of records handled.
+
+Consume: the same N x 1 KB records (one partition, filled once per run) read from the beginning by
+each client with manual assignment, records counted as they arrive.
 """
 
 from __future__ import annotations
@@ -134,11 +137,99 @@ def setup_produce(bootstrap: str, records: int, round_no: int, contender: str) -
     return f"bench-produce-{contender}-{round_no}-{uuid.uuid4().hex[:6]}"
 
 
+# -- consume workers: read the same pre-filled topic from the beginning ------------------------------
+
+_CONSUME_TOPICS: dict[int, str] = {}
+
+
+def setup_consume(bootstrap: str, records: int, round_no: int, contender: str) -> str:
+    """One topic per bench run, filled once (N x 1 KB in 256 KiB batches) and read by every contender."""
+    if records not in _CONSUME_TOPICS:
+        from onceflow.client import AsyncClient
+        from onceflow.protocol.record_codec import encode_batch
+
+        topic = f"bench-consume-{uuid.uuid4().hex[:6]}"
+
+        async def fill() -> None:
+            per_batch = 256
+            batch = encode_batch([(None, PAYLOAD)] * per_batch)
+            async with AsyncClient(bootstrap) as client:
+                await client.create_topic(topic, partitions=1)
+                left = records
+                while left > 0:
+                    n = min(per_batch, left)
+                    await client.produce(
+                        topic, 0, batch if n == per_batch else encode_batch([(None, PAYLOAD)] * n)
+                    )
+                    left -= n
+
+        asyncio.run(fill())
+        _CONSUME_TOPICS[records] = topic
+    return _CONSUME_TOPICS[records]
+
+
+def consume_onceflow(bootstrap: str, topic: str, records: int, args) -> int:
+    from onceflow.client.consumer import AsyncConsumer, TopicPartition
+
+    async def run() -> int:
+        seen = 0
+        async with AsyncConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition(topic, 0)])
+            while seen < records:
+                for batch in (await consumer.getmany(timeout_ms=1000, max_records=10_000)).values():
+                    seen += len(batch)
+        return seen
+
+    return asyncio.run(run())
+
+
+def consume_aiokafka(bootstrap: str, topic: str, records: int, args) -> int:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def run() -> int:
+        seen = 0
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            while seen < records:
+                for batch in (await consumer.getmany(timeout_ms=1000, max_records=10_000)).values():
+                    seen += len(batch)
+        finally:
+            await consumer.stop()
+        return seen
+
+    return asyncio.run(run())
+
+
+def consume_confluent(bootstrap: str, topic: str, records: int, args) -> int:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False})  # fmt: skip
+    seen = 0
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        while seen < records:
+            for msg in consumer.consume(num_messages=10_000, timeout=1.0):
+                if msg.error() is None:
+                    seen += 1
+    finally:
+        consumer.close()
+    return seen
+
+
 # name -> (setup(bootstrap, records, round, contender) -> topic, {contender: worker})
 PHASES: dict[str, tuple[Callable, dict[str, Callable]]] = {
     "produce": (
         setup_produce,
         {"onceflow": produce_onceflow, "aiokafka": produce_aiokafka, "confluent": produce_confluent},
+    ),
+    "consume": (
+        setup_consume,
+        {"onceflow": consume_onceflow, "aiokafka": consume_aiokafka, "confluent": consume_confluent},
     ),
 }
 
