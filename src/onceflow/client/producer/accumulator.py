@@ -189,6 +189,14 @@ class RecordAccumulator:
             for batch in sorted(batches, key=lambda b: b.base_sequence, reverse=True):
                 queue.appendleft(batch)
 
+    def peek(self, tp: tuple[str, int]) -> ProducerBatch | None:
+        queue = self._queues.get(tp)
+        return queue[0] if queue else None
+
+    def several(self, tp: tuple[str, int]) -> bool:
+        queue = self._queues.get(tp)
+        return queue is not None and len(queue) > 1
+
     def queued(self, tp: tuple[str, int]) -> list[ProducerBatch]:
         with self._lock:
             return list(self._queues.get(tp, ()))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 
 from kafka.protocol.producer import ProduceRequest
 
@@ -61,12 +62,16 @@ _MAX_EPOCH = 32767
 class PartitionSequences:
     """Idempotence bookkeeping of one partition."""
 
-    __slots__ = ("epoch", "next_sequence", "inflight", "retry", "bump")
+    __slots__ = ("epoch", "next_sequence", "inflight", "window", "retry", "bump")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch  # the epoch this partition's sequences belong to
         self.next_sequence = 0
         self.inflight: list[ProducerBatch] = []  # sent, unanswered, in sequence order
+        # Sent batches from the earliest unacknowledged one on (acknowledged ones behind it stay).
+        # At most max.in.flight long: then the broker's 5-batch cache still holds every batch we may
+        # have to retry, even when a response in the middle was lost.
+        self.window: deque[ProducerBatch] = deque()
         self.retry: list[ProducerBatch] = []  # to resend once `inflight` is empty
         self.bump = False  # KIP-360: rewrite sequences under a new epoch once `inflight` is empty
 
@@ -193,7 +198,8 @@ class Sender:
             while tps and self._node_inflight.get(node, 0) < self.max_in_flight:
                 batches = []
                 for tp in tps:
-                    if not self._sendable(tp, None):
+                    head = self.accumulator.peek(tp)
+                    if head is None or not self._sendable(tp, head):
                         continue
                     batch = self.accumulator.pop_first(tp)
                     if batch is not None:
@@ -206,15 +212,17 @@ class Sender:
         return delay
 
     def _has_ready_head(self, tp: tuple[str, int], now: float) -> bool:
-        queued = self.accumulator.queued(tp)
-        if not queued:
+        head = self.accumulator.peek(tp)
+        if head is None:
             return False
-        head = queued[0]
         return head.retry_at <= now and (
-            head.full or len(queued) > 1 or head.encoded is not None or self.accumulator.flushing > 0
+            head.full
+            or head.encoded is not None
+            or self.accumulator.flushing > 0
+            or self.accumulator.several(tp)
         )
 
-    def _sendable(self, tp: tuple[str, int], batch: ProducerBatch | None) -> bool:
+    def _sendable(self, tp: tuple[str, int], batch: ProducerBatch) -> bool:
         if self.txn.is_transactional:
             if self.txn.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR):
                 return False
@@ -225,7 +233,9 @@ class Sender:
             if seq is not None:
                 if seq.retry or seq.bump:
                     return False  # resolving: wait for the in-flight batches to answer
-                if len(seq.inflight) >= self.max_in_flight:
+                if batch.base_sequence >= 0:  # a retry: already in the window
+                    return len(seq.inflight) < self.max_in_flight
+                if len(seq.window) >= self.max_in_flight:
                     return False
         return True
 
@@ -238,10 +248,11 @@ class Sender:
         if seq is None:
             seq = self.partitions[tp] = PartitionSequences(self.txn.producer_epoch)
         if batch.base_sequence < 0:
-            if not seq.inflight and seq.epoch != self.txn.producer_epoch:
+            if not seq.window and seq.epoch != self.txn.producer_epoch:
                 seq.epoch, seq.next_sequence = self.txn.producer_epoch, 0  # adopt a bumped epoch
             batch.set_producer_state(self.txn.producer_id, seq.epoch, seq.next_sequence)
             seq.next_sequence = (seq.next_sequence + batch.record_count) & 0x7FFFFFFF
+            seq.window.append(batch)
         seq.inflight.append(batch)
 
     def _dispatch(self, node: int, conn, batches: list[ProducerBatch]) -> None:
@@ -318,13 +329,15 @@ class Sender:
         if seq is not None and batch in seq.inflight:
             seq.inflight.remove(batch)
         self._complete(batch, base_offset, log_append_time, None)
+        if seq is not None:
+            _trim(seq.window)
         if seq is not None and not seq.inflight:
             self._resolve((batch.topic, batch.partition), seq)
 
     def _failed(self, batch: ProducerBatch, code: ErrorCode, message: str) -> None:
         tp = (batch.topic, batch.partition)
         seq = self.partitions.get(tp)
-        earliest = seq is not None and seq.inflight and seq.inflight[0] is batch
+        earliest = seq is not None and seq.window and seq.window[0] is batch
         if seq is not None and batch in seq.inflight:
             seq.inflight.remove(batch)
         what = f"produce to {tp[0]}-{tp[1]} (sequence {batch.base_sequence}, attempt {batch.attempts})"
@@ -367,6 +380,8 @@ class Sender:
             self._complete(batch, -1, -1, error)
             if batch.base_sequence >= 0:
                 self._sequence_gap(tp, seq, error)
+        if seq is not None:
+            _trim(seq.window)
         if seq is not None and not seq.inflight:
             self._resolve(tp, seq)
 
@@ -500,3 +515,9 @@ class Sender:
             log.warning("AddPartitionsToTxn failed: %s", exc)
         finally:
             self.wakeup()
+
+
+def _trim(window: deque[ProducerBatch]) -> None:
+    """Drop completed batches from the front: the window starts at the earliest unacknowledged one."""
+    while window and window[0].done:
+        window.popleft()
