@@ -71,3 +71,23 @@ def test_describe_producers_of_an_unknown_topic(server):
     with WireClient(server.bootstrap) as client:
         [partition] = describe_producers(client, topic_name("nowhere"), [0])
     assert partition.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_cli_producers_describe(server):
+    from click.testing import CliRunner
+
+    from onceflow.cli.main import cli
+
+    topic = topic_name("cli")
+    with WireClient(server.bootstrap) as client:
+        create_topic(client, topic)
+        pid = init_producer_id(client).producer_id
+        assert produce(client, topic, batch([b"x", b"y"], pid, 0, 0)).error_code == 0
+    runner = CliRunner()
+    args = ["producers", "describe", "--topic", topic, "--bootstrap-server", server.bootstrap]
+    result = runner.invoke(cli, [*args, "--partition", "0"])
+    assert result.exit_code == 0, result.output
+    assert str(pid) in result.output and "producer id" in result.output
+    missing = runner.invoke(cli, [*args, "--partition", "3"])
+    assert missing.exit_code == 1
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in missing.output or "no partition" in missing.output

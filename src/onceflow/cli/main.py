@@ -10,6 +10,7 @@ from onceflow.cli.dump_log import dump_log
 from onceflow.cli.groups import groups
 from onceflow.cli.pipeline import pipeline
 from onceflow.cli.produce import produce
+from onceflow.cli.producers import producers
 from onceflow.cli.quickstart import quickstart
 from onceflow.cli.serve import serve
 from onceflow.cli.topics import topics
@@ -22,7 +23,7 @@ def cli():
     """onceflow: exactly-once event streaming (a Kafka-protocol broker, client and tools)."""
 
 
-for command in (serve, topics, produce, consume, dump_log, quickstart, groups, pipeline, txn):
+for command in (serve, topics, produce, consume, dump_log, quickstart, groups, pipeline, txn, producers):
     cli.add_command(command)
 
 
