@@ -192,11 +192,6 @@ def test_pipeline_at_least_once_end_to_end_and_its_replay_duplicates(spark, brok
     assert len({r.value for r in again}) == 700
 
 
-@pytest.mark.xfail(
-    reason="exactly-once sink waits for the onceflow client's transactional producer "
-    "(onceflow.spark.sink._make_transactional_writer raises NotImplementedError until it is wired)",
-    strict=True,
-)
 def test_pipeline_exactly_once_replay_writes_nothing_twice(spark, broker, tmp_path):
     topic = make_input(broker.bootstrap, "eos-in", partitions=2, count=700)
     output = topic_name("eos-out")
@@ -211,11 +206,6 @@ def test_pipeline_exactly_once_replay_writes_nothing_twice(spark, broker, tmp_pa
     ]
 
 
-@pytest.mark.xfail(
-    reason="needs broker transactions (InitProducerId, AddPartitionsToTxn, EndTxn, markers, LSO), "
-    "being built in parallel",
-    strict=False,
-)
 def test_source_reads_only_committed_records(spark, broker):
     topic = topic_name("txn")
     with SimpleClient(broker.bootstrap) as client:

@@ -115,10 +115,9 @@ def _produce_at_least_once(options: SinkOptions, records: Iterable[OutputRecord]
 
 def _make_transactional_writer(options: SinkOptions, transactional_id: str, default_topic: str | None):
     """The client-backed :class:`~onceflow.spark.exactly_once.TransactionalWriter`."""
-    raise NotImplementedError(
-        "the exactly-once onceflow sink needs the onceflow client's transactional producer, which "
-        "has not landed yet; use .option('guarantee', 'at-least-once') for now"
-    )
+    from onceflow.spark.client_writer import ClientTransactionalWriter
+
+    return ClientTransactionalWriter(options, transactional_id, default_topic)
 
 
 class OnceflowStreamWriter(DataSourceStreamArrowWriter):

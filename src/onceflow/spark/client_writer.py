@@ -1,0 +1,88 @@
+"""The exactly-once sink's :class:`~onceflow.spark.exactly_once.TransactionalWriter` on the onceflow
+client: a transactional :class:`~onceflow.client.Producer` for the writes and the marker, and a
+group-less :class:`~onceflow.client.Consumer` to read the marker back (OffsetFetch, require_stable).
+
+The marker lives in the consumer group named like the task's transactional id, on partition 0 of the
+sink's ``topic``. The client's ``send_offsets_to_transaction`` carries offsets without metadata, so
+the marker is the committed offset itself: ``batch + 1`` ("the next batch to write"); metadata of the
+form ``{"batch": N}`` is honoured too when a client carries it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from onceflow.client import Consumer, Producer
+from onceflow.spark.exactly_once import OutputRecord, decode_marker
+from onceflow.spark.options import SinkOptions
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ClientTransactionalWriter"]
+
+_SKIP = {"bootstrap.servers", "client.id", "transactional.id", "group.id", "enable.idempotence"}
+
+
+class ClientTransactionalWriter:
+    def __init__(self, options: SinkOptions, transactional_id: str, marker_topic: str | None) -> None:
+        if marker_topic is None:
+            raise ValueError('the exactly-once sink needs the "topic" option (its marker lives there)')
+        self.transactional_id = transactional_id
+        self.marker_partition = (marker_topic, 0)
+        self._options = options
+        settings = {k: v for k, v in options.extra.items() if k not in _SKIP}
+        self._producer = Producer(
+            {
+                **settings,
+                "bootstrap.servers": options.bootstrap,
+                "client.id": options.client_id,
+                "transactional.id": transactional_id,
+            }
+        )
+
+    def init(self) -> None:
+        self._producer.init_transactions()
+
+    def fetch_marker(self) -> int | None:
+        consumer = Consumer(
+            config={
+                "bootstrap.servers": self._options.bootstrap,
+                "group.id": self.transactional_id,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        try:
+            committed = consumer.committed(self.marker_partition)
+        finally:
+            consumer.close(autocommit=False)
+        if committed is None:
+            return None
+        from_metadata = decode_marker(committed.metadata)
+        return from_metadata if from_metadata is not None else committed.offset - 1
+
+    def begin(self) -> None:
+        self._producer.begin_transaction()
+
+    def send(self, record: OutputRecord) -> None:
+        self._producer.send(
+            record.topic,
+            record.value,
+            key=record.key,
+            partition=record.partition,
+            headers=list(record.headers) or None,
+        )
+
+    def send_offsets(self, batch_id: int) -> None:
+        self._producer.send_offsets_to_transaction(
+            {self.marker_partition: batch_id + 1}, self.transactional_id
+        )
+
+    def commit(self) -> None:
+        self._producer.commit_transaction()
+
+    def abort(self) -> None:
+        self._producer.abort_transaction()
+
+    def close(self) -> None:
+        self._producer.close()
