@@ -66,7 +66,7 @@ def run_flow(bootstrap: str, batches: int, *, in_flight: int = 5, unsafe: bool =
 
     offsets, epoch = asyncio.run(scenario())
     assert len(faults.fired) == sum(len(v) for v in plan.values())  # the planned faults happened
-    values = [m.value()[:1].decode() for m in read_back(bootstrap, topic, batches + 1, timeout_s=2)]
+    values = [m.value()[:1].decode() for m in read_back(bootstrap, topic, batches, timeout_s=10)]
     return "".join(values), offsets, epoch
 
 
