@@ -111,7 +111,9 @@ class ProducerBatch:
         return len(self.timestamps) - 1
 
     def size(self) -> int:
-        return self.builder.size() if self.builder is not None else len(self.encoded)
+        if self.builder is not None:
+            return self.builder.size()
+        return len(self.encoded) if self.encoded is not None else 0
 
     def encode(self, compression: int) -> bytearray:
         """The batch's bytes, built on first use with the producer fields set so far."""
@@ -145,7 +147,9 @@ class ProducerBatch:
             self.base_offset, self.log_append_time, self.error = base_offset, log_append_time, error
             self.done = True
             event = self._event
+        # The futures of its records may live long after; the bytes must not live with them.
         self.builder = None
+        self.encoded = None
         if event is not None:
             event.set()
         future = self._future

@@ -1,0 +1,160 @@
+"""The sender against a scripted broker (no sockets): sequence numbers kept on retry, KIP-360 epoch
+bumps, NOT_LEADER_OR_FOLLOWER with a leader move, and failed batches."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from onceflow.client.producer.accumulator import RecordAccumulator
+from onceflow.client.producer.config import ProducerConfig
+from onceflow.client.producer.sender import Sender
+from onceflow.client.producer.transaction_manager import TransactionManager
+from onceflow.protocol.errors import ErrorCode
+from onceflow.protocol.records import read_header
+
+TOPIC = "t"
+
+
+class ScriptedBroker:
+    """Answers Produce requests from a script of error codes; records every batch header it saw."""
+
+    def __init__(self, node: int, script: list[int] | None = None) -> None:
+        self.node = node
+        self.script = list(script or [])
+        self.seen: list[tuple[int, int, int, int]] = []  # (node, epoch, base_sequence, count)
+        self.next_offset = 0
+        self.closed = False
+
+    async def send(self, request):
+        await asyncio.sleep(0)
+        answers = []
+        for topic in request.topic_data:
+            partitions = []
+            for data in topic.partition_data:
+                header = read_header(data.records)
+                self.seen.append(
+                    (self.node, header.producer_epoch, header.base_sequence, header.record_count)
+                )
+                code = self.script.pop(0) if self.script else 0
+                offset = -1
+                if code == 0:
+                    offset, self.next_offset = self.next_offset, self.next_offset + header.record_count
+                partitions.append(
+                    SimpleNamespace(
+                        index=data.index,
+                        error_code=code,
+                        base_offset=offset,
+                        log_append_time_ms=-1,
+                        error_message=None,
+                    )
+                )
+            answers.append(SimpleNamespace(name=topic.name, partition_responses=partitions))
+        return SimpleNamespace(responses=answers)
+
+
+class FakeNetwork:
+    def __init__(self, brokers: dict[int, ScriptedBroker], leader: int = 0) -> None:
+        self.brokers = brokers
+        self.leaders = {(TOPIC, 0): leader}
+        self.partition_counts = {TOPIC: 1}
+        self.refreshes = 0
+        self.next_leader = leader
+
+    def ready_connection(self, node):
+        return self.brokers[node]
+
+    async def connection(self, node):
+        return self.brokers[node]
+
+    async def refresh(self, topics):
+        self.refreshes += 1
+        self.leaders[(TOPIC, 0)] = self.next_leader
+
+
+def run(
+    script_by_node: dict[int, list[int]], batches: int = 3, *, leader: int = 0, next_leader: int | None = None
+):
+    config = ProducerConfig(batch_size=200, linger_ms=0, retry_backoff_ms=1, request_timeout_ms=1000)
+    brokers = {node: ScriptedBroker(node, script) for node, script in script_by_node.items()}
+    network = FakeNetwork(brokers, leader)
+    network.next_leader = leader if next_leader is None else next_leader
+    txn = TransactionManager(None)
+    txn.set_producer(7, 0)
+
+    async def scenario():
+        acc = RecordAccumulator(
+            batch_size=config.batch_size, linger_ms=0, buffer_memory=1 << 20, transactional=False
+        )
+        sender = Sender(config, acc, network, txn)
+        acc._on_new_batch = sender.wakeup
+        sender.start()
+        futures = [acc.try_append(TOPIC, 0, 1, None, b"x" * 150, []) for _ in range(batches)]
+        await asyncio.wait_for(sender.wait_idle(), 10)
+        await sender.stop()
+        outcomes = []
+        for f in futures:
+            try:
+                outcomes.append(f.result().offset)
+            except Exception as exc:  # noqa: BLE001 - the outcome is what we check
+                outcomes.append(type(exc).__name__)
+        return outcomes, sender
+
+    outcomes, sender = asyncio.run(scenario())
+    seen = [s for b in brokers.values() for s in b.seen]
+    return outcomes, seen, txn, network, sender
+
+
+def test_all_acknowledged_sequences_count_records():
+    outcomes, seen, txn, _, _ = run({0: []})
+    assert outcomes == [0, 1, 2]
+    assert [(epoch, seq) for _, epoch, seq, _ in seen] == [(0, 0), (0, 1), (0, 2)]
+
+
+def test_retriable_error_resends_with_the_same_sequence():
+    outcomes, seen, txn, _, _ = run({0: [ErrorCode.REQUEST_TIMED_OUT]}, batches=1)
+    assert outcomes == [0]
+    assert [(epoch, seq) for _, epoch, seq, _ in seen] == [(0, 0), (0, 0)]
+
+
+def test_not_leader_refreshes_metadata_and_resends_to_the_new_leader_in_order():
+    outcomes, seen, txn, network, _ = run(
+        {0: [ErrorCode.NOT_LEADER_OR_FOLLOWER] * 3, 1: []}, leader=0, next_leader=1
+    )
+    assert network.refreshes >= 1
+    on_new_leader = [(seq) for node, _, seq, _ in seen if node == 1]
+    assert on_new_leader == [0, 1, 2]  # same sequences, same order
+    assert outcomes == [0, 1, 2]
+
+
+def test_unknown_producer_id_on_the_earliest_batch_bumps_the_epoch_and_restarts_sequences():
+    outcomes, seen, txn, _, sender = run({0: [ErrorCode.UNKNOWN_PRODUCER_ID]}, batches=1)
+    assert outcomes == [0]
+    assert txn.producer_epoch == 1 and sender.epoch_bumps == 1
+    assert [(epoch, seq) for _, epoch, seq, _ in seen] == [(0, 0), (1, 0)]
+
+
+def test_out_of_order_behind_an_earlier_failure_is_retried_without_a_bump():
+    # The first batch times out; the next two are refused as out of order because of it.
+    script = [
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    ]
+    outcomes, seen, txn, _, sender = run({0: script})
+    assert outcomes == [0, 1, 2]
+    assert sender.epoch_bumps == 0
+    assert [seq for _, _, seq, _ in seen][-3:] == [0, 1, 2]  # resent in sequence order
+
+
+def test_a_batch_failing_for_good_fails_its_records_and_renumbers_the_rest_under_a_new_epoch():
+    script = [
+        ErrorCode.INVALID_RECORD,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    ]
+    outcomes, seen, txn, _, _ = run({0: script})
+    assert outcomes[0] == "KafkaError"
+    assert outcomes[1:] == [0, 1]
+    assert txn.producer_epoch == 1
+    assert [(epoch, seq) for _, epoch, seq, _ in seen][-2:] == [(1, 0), (1, 1)]
