@@ -1,0 +1,280 @@
+"""Idempotence on the broker: what it costs on produce, and how fast a partition with many producers
+restarts.
+
+    python bench/idempotence.py [--quick] [--records N] [--rounds R]
+
+1. Produce: a confluent-kafka producer sends N records of 1,000 bytes to one partition of one onceflow
+   broker (acks=all, linger.ms=5, batch.size=1 MiB, no compression), with ``enable.idempotence`` true
+   and false, interleaved (idem, plain, plain, idem, ...). Both use max.in.flight=5 (what idempotence
+   imposes), so the difference is the producer-state work alone. Target: idempotent/plain >= 0.97.
+2. Restart: a partition with ~1 GB of log written by 100,000 producer ids (one 10-record batch each)
+   in 100 MiB segments (segment.bytes=104857600; each roll leaves a producer snapshot). Timed from
+   spawning ``onceflow serve`` to its listening line (Python start-up included):
+   - clean: after SIGTERM (snapshot at the log end: nothing to replay);
+   - unclean: after SIGKILL, with the snapshots newer than the active segment's base removed (what a
+     crash leaves when the active segment was written after the last roll), so recovery CRC-scans
+     the active segment and replays its batches after loading the roll snapshot.
+   Target: under 2 s. ``Log.open`` alone is timed too, in this process, for both cases.
+
+Progress goes to stderr; the last stdout line is one JSON object (see /work/shared/BENCH.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import crc32c  # noqa: E402
+from _common import BrokerProcess, emit, kill_all, measure, median, progress  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from onceflow.log.config import LogConfig  # noqa: E402
+from onceflow.log.log import Log  # noqa: E402
+from onceflow.log.producer_snapshot import delete_snapshot, list_snapshots  # noqa: E402
+from onceflow.protocol.record_codec import encode_batch  # noqa: E402
+from onceflow.protocol.records import validate_produce_records  # noqa: E402
+
+FULL = {"records": 300_000, "rounds": 5, "producers": 100_000, "restart_rounds": 3}
+QUICK = {"records": 60_000, "rounds": 3, "producers": 10_000, "restart_rounds": 3}
+RECORD_BYTES = 1_000
+RECORDS_PER_PRODUCER_BATCH = 10
+SEGMENT_BYTES = 104_857_600
+# Offsets in the magic-2 batch header (Kafka's DefaultRecordBatch).
+_CRC_AT, _ATTRIBUTES_AT, _PRODUCER_ID_AT = 17, 21, 43
+
+
+# -- 1. produce throughput ---------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str, topic: str, configs: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(topic, num_partitions=1, replication_factor=1, config=configs or {})
+    admin.create_topics([new])[topic].result(timeout=30)
+
+
+def new_producer(bootstrap: str, topic: str, idempotent: bool) -> Producer:
+    """A connected producer: one record sent and acknowledged, so the timed part excludes start-up
+    (connecting, metadata and, for the idempotent one, InitProducerId, which librdkafka takes its
+    time over: ~0.4 s here)."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": idempotent,
+            "acks": "all",
+            "max.in.flight.requests.per.connection": 5,
+            "linger.ms": 5,
+            "batch.size": 1 << 20,
+            "compression.type": "none",
+            "queue.buffering.max.kbytes": 1 << 20,
+        }
+    )
+    producer.produce(topic, b"warm-up", partition=0)
+    if producer.flush(30):
+        raise RuntimeError(f"warm-up record to {bootstrap} was not acknowledged")
+    return producer
+
+
+def produce(producer: Producer, topic: str, records: int, payload: bytes) -> None:
+    errors: list = []
+
+    def on_delivery(err, _msg):
+        if err is not None:
+            errors.append(err)
+
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, payload, key=b"%d" % i, partition=0, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    if left or errors:
+        raise RuntimeError(f"produce: {left} undelivered, {len(errors)} failed: {errors[:1]}")
+
+
+def produce_rounds(broker: BrokerProcess, records: int, rounds: int) -> dict:
+    payload = b"x" * RECORD_BYTES
+    gigabytes = records * RECORD_BYTES / 1e9
+    samples = {name: {"rate": [], "cpu": []} for name in ("idempotent", "plain")}
+    for round_no in range(rounds):
+        # ABBA order: whichever goes first in a round gets no systematic advantage.
+        for name in ("idempotent", "plain") if round_no % 2 == 0 else ("plain", "idempotent"):
+            topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
+            create_topic(broker.bootstrap, topic)
+            producer = new_producer(broker.bootstrap, topic, idempotent=name == "idempotent")
+            with measure(broker.pid) as m:
+                produce(producer, topic, records, payload)
+            del producer  # librdkafka's teardown happens here, outside the timed part
+            r = m.result
+            samples[name]["rate"].append(records / r.seconds)
+            samples[name]["cpu"].append(r.broker_cpu_s / gigabytes)
+            progress(
+                f"  round {round_no + 1} {name:10s} {records / r.seconds:>10,.0f} rec/s  "
+                f"broker {r.broker_cpu_s:5.2f} cpu-s ({r.seconds:.2f} s)"
+            )
+    return samples
+
+
+# -- 2. restart with many producers ------------------------------------------------------------
+
+
+def producer_batch_template() -> bytearray:
+    values = [(None, b"y" * RECORD_BYTES)] * RECORDS_PER_PRODUCER_BATCH
+    return bytearray(encode_batch(values, producer_id=0, producer_epoch=0, base_sequence=0))
+
+
+def fill_partition(directory: Path, producers: int, config: LogConfig) -> int:
+    """One batch per producer id 1..producers, written through ``Log.append`` (the produce path)."""
+    template = producer_batch_template()
+    log = Log.open(directory, config)
+    for pid in range(1, producers + 1):
+        batch = bytearray(template)
+        struct.pack_into(">q", batch, _PRODUCER_ID_AT, pid)
+        struct.pack_into(">I", batch, _CRC_AT, crc32c.crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
+        log.append(validate_produce_records(batch))
+    size = log.size_in_bytes
+    log.close()
+    return size
+
+
+def drop_snapshots_after_active_base(directory: Path) -> None:
+    """Leave only the snapshots a crash would: none newer than the active segment's base offset."""
+    bases = sorted(int(p.name[:-4]) for p in directory.glob("*.log"))
+    for snapshot in list_snapshots(directory):
+        if snapshot.offset > bases[-1]:
+            delete_snapshot(snapshot.path)
+
+
+def timed_start(broker: BrokerProcess) -> float:
+    started = time.perf_counter()
+    broker.start()
+    return time.perf_counter() - started
+
+
+def timed_log_open(directory: Path, config: LogConfig, *, clean: bool) -> tuple[float, int]:
+    """Open (and recover) the partition in this process; leaves it as ``clean`` says."""
+    started = time.perf_counter()
+    log = Log.open(directory, config)
+    elapsed = time.perf_counter() - started
+    count = len(log.producer_state.active_producers())
+    if clean:
+        log.close()
+    else:
+        log.abandon()
+    return elapsed, count
+
+
+def restart_rounds(data_dir: Path, producers: int, rounds: int) -> tuple[dict, dict]:
+    broker = BrokerProcess(data_dir / "broker")
+    broker.start()
+    topic = "restart-bench"
+    create_topic(broker.bootstrap, topic, {"segment.bytes": str(SEGMENT_BYTES)})
+    broker.stop()
+    directory = broker.data_dir / f"{topic}-0"
+    config = LogConfig(segment_bytes=SEGMENT_BYTES)
+    started = time.perf_counter()
+    size = fill_partition(directory, producers, config)
+    progress(
+        f"  wrote {size / 1e9:.2f} GB from {producers:,} producers in {time.perf_counter() - started:.1f} s"
+    )
+    samples = {"clean": [], "unclean": [], "log_open_clean": [], "log_open_unclean": []}
+    try:
+        for round_no in range(rounds):
+            seconds, count = timed_log_open(directory, config, clean=True)
+            assert count == producers, f"clean reopen found {count} producers"
+            samples["log_open_clean"].append(seconds)
+            samples["clean"].append(timed_start(broker))
+            broker.kill9()
+            drop_snapshots_after_active_base(directory)
+            seconds, count = timed_log_open(directory, config, clean=False)
+            assert count == producers, f"unclean reopen found {count} producers"
+            samples["log_open_unclean"].append(seconds)
+            drop_snapshots_after_active_base(directory)
+            samples["unclean"].append(timed_start(broker))
+            broker.stop()  # clean: the next round starts from a clean shutdown
+            progress(
+                f"  round {round_no + 1}: broker restart clean {samples['clean'][-1]:.2f} s, "
+                f"unclean {samples['unclean'][-1]:.2f} s; Log.open clean {samples['log_open_clean'][-1]:.3f} s, "
+                f"unclean {samples['log_open_unclean'][-1]:.3f} s"
+            )
+    finally:
+        broker.stop()
+    return samples, {"log_bytes": size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller N, fewer producers (< 60 s)")
+    parser.add_argument("--records", type=int)
+    parser.add_argument("--rounds", type=int)
+    args = parser.parse_args()
+    params = dict(QUICK if args.quick else FULL)
+    if args.records:
+        params["records"] = args.records
+    if args.rounds:
+        params["rounds"] = args.rounds
+    import tempfile
+
+    tmp = tempfile.TemporaryDirectory(prefix="onceflow-bench-idem-")
+    try:
+        broker = BrokerProcess(Path(tmp.name) / "produce")
+        broker.start()
+        progress(
+            f"produce: onceflow on {broker.bootstrap}, {params['records']:,} x 1 KB, {params['rounds']} rounds"
+        )
+        try:
+            produce_samples = produce_rounds(broker, params["records"], params["rounds"])
+        finally:
+            broker.stop()
+        progress(f"restart: {params['producers']:,} producers, {params['restart_rounds']} rounds")
+        restart_samples, restart_info = restart_rounds(
+            Path(tmp.name), params["producers"], params["restart_rounds"]
+        )
+    finally:
+        kill_all()
+        tmp.cleanup()
+    idem = median(produce_samples["idempotent"]["rate"])
+    plain = median(produce_samples["plain"]["rate"])
+    emit(
+        {
+            "bench": "idempotence",
+            "unit": "records/s; seconds",
+            "results": {
+                "produce.idempotent": round(idem),
+                "produce.plain": round(plain),
+                "restart_clean_s": round(median(restart_samples["clean"]), 3),
+                "restart_unclean_s": round(median(restart_samples["unclean"]), 3),
+                "log_open_clean_s": round(median(restart_samples["log_open_clean"]), 3),
+                "log_open_unclean_s": round(median(restart_samples["log_open_unclean"]), 3),
+            },
+            "ratios": {"produce idempotent/plain": round(idem / plain, 3)},
+            "cpu_s_per_gb": {
+                "onceflow.idempotent": round(median(produce_samples["idempotent"]["cpu"]), 2),
+                "onceflow.plain": round(median(produce_samples["plain"]["cpu"]), 2),
+            },
+            "params": {
+                "records": params["records"],
+                "record_bytes": RECORD_BYTES,
+                "rounds": params["rounds"],
+                "restart_producers": params["producers"],
+                "restart_log_bytes": restart_info["log_bytes"],
+                "restart_segment_bytes": SEGMENT_BYTES,
+                "restart_rounds": params["restart_rounds"],
+                "quick": args.quick,
+            },
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()
