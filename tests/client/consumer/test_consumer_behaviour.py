@@ -186,7 +186,7 @@ class Member:
             await self.consumer._client.close()
 
 
-async def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
+async def wait_for(condition, timeout: float = 120.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
