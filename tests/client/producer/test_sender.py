@@ -59,6 +59,7 @@ class FakeNetwork:
         self.leaders = {(TOPIC, 0): leader}
         self.partition_counts = {TOPIC: 1}
         self.refreshes = 0
+        self.last_refresh = float("inf")  # never stale: refreshes here come from errors only
         self.next_leader = leader
 
     def ready_connection(self, node):

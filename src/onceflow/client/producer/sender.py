@@ -96,6 +96,7 @@ class Sender:
         self.request_timeout_s = config.request_timeout_ms / 1000.0
         self.retry_backoff_s = config.retry_backoff_ms / 1000.0
         self.compression = config.compression_codec
+        self.metadata_max_age_s = config.metadata_max_age_ms / 1000.0
         self.partitions: dict[tuple[str, int], PartitionSequences] = {}
         self._node_inflight: dict[int, int] = {}
         self._requests_sent = 0
@@ -154,6 +155,8 @@ class Sender:
             self._wake.clear()
             now = time.monotonic()
             self._expire(now)
+            if now - self.network.last_refresh > self.metadata_max_age_s:
+                self._request_metadata()  # metadata.max.age.ms: notice leader moves without errors
             if self.txn.is_transactional:
                 if self.txn.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR):
                     self.fail_queued(self._txn_error())
