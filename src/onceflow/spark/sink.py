@@ -26,6 +26,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from onceflow.client import SimpleClient
+from onceflow.spark import faults
 from onceflow.spark.exactly_once import OutputRecord, TaskOutcome, transactional_id_for, write_exactly_once
 from onceflow.spark.options import AT_LEAST_ONCE, SinkOptions
 
@@ -172,6 +173,7 @@ class OnceflowStreamWriter(DataSourceStreamArrowWriter):
             len(messages),
             skipped,
         )
+        faults.on_driver_commit(batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         reported = sum(1 for m in messages if m is not None)
