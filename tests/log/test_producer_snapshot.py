@@ -114,7 +114,8 @@ def produce_run(
 
 
 def test_encode_decode_round_trip_keeps_every_field_and_all_five_batches():
-    assert decode_snapshot(encode_snapshot(ENTRIES)) == ENTRIES
+    by_pid = sorted(ENTRIES, key=lambda e: e.producer_id)
+    assert decode_snapshot(encode_snapshot(ENTRIES)) == by_pid
     assert decode_snapshot(encode_snapshot([])) == []
 
 
@@ -123,9 +124,84 @@ def test_layout_starts_with_version_then_crc32c_of_the_rest():
 
     data = encode_snapshot(ENTRIES)
     version, crc = struct.unpack_from(">hI", data, 0)
-    assert version == 1
+    assert version == 2
     assert crc == crc32c.crc32c(data[6:])
-    assert struct.unpack_from(">i", data, 6)[0] == len(ENTRIES)
+    count, slots, open_txns = struct.unpack_from(">ibi", data, 6)
+    assert (count, slots, open_txns) == (len(ENTRIES), 5, 1)
+    assert struct.unpack_from(">qq", data, 15) == (2**62, 480)
+    # fixed-size rows sorted by producer id follow, each with five batch slots
+    rows_at = 15 + 16
+    row_size = 31 + 5 * 32
+    assert len(data) == rows_at + 3 * row_size
+    assert [struct.unpack_from(">q", data, rows_at + i * row_size)[0] for i in range(3)] == [7, 9, 2**62]
+
+
+def encode_v1(entries) -> bytes:
+    """The version-1 layout (variable-size entries in file order), as the previous release wrote it."""
+    import crc32c
+
+    body = struct.pack(">i", len(entries))
+    for e in entries:
+        txn = -1 if e.current_txn_first_offset is None else e.current_txn_first_offset
+        body += struct.pack(
+            ">qhiqqb", e.producer_id, e.epoch, e.coordinator_epoch, e.last_timestamp, txn, len(e.batches)
+        )
+        for b in e.batches:
+            body += struct.pack(">iiqqq", b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
+    return struct.pack(">hI", 1, crc32c.crc32c(body)) + body
+
+
+def test_version_1_snapshots_are_still_read(tmp_path):
+    assert decode_snapshot(encode_v1(ENTRIES)) == sorted(ENTRIES, key=lambda e: e.producer_id)
+    snapshot_path(tmp_path, 30).write_bytes(encode_v1(ENTRIES))
+    state = ProducerStateManager(TP)
+    assert state.load_latest(tmp_path, 0, 30) == 30
+    assert state.last_entry(7) == ENTRIES[0]
+    assert state.first_unstable_offset() == 480
+    # the next snapshot is written in the current version
+    state.update_map_end_offset(40)
+    path = state.take_snapshot(tmp_path)
+    assert struct.unpack_from(">h", path.read_bytes(), 0)[0] == 2
+    assert read_snapshot(path) == sorted(ENTRIES, key=lambda e: e.producer_id)
+
+
+def test_snapshot_after_a_lazy_load_copies_untouched_rows_and_merges_changed_ones(tmp_path):
+    many = [
+        ProducerStateEntry(pid, 0, (BatchMetadata(0, 1, pid * 10, pid * 10 + 1, 1000 + pid),), -1, 1000 + pid)
+        for pid in range(2, 400, 2)
+    ]
+    write_snapshot(tmp_path, 10, many)
+    state = ProducerStateManager(TP)
+    state.load_latest(tmp_path, 0, 10)
+    assert state.producer_count == len(many)
+    # touch a few: a new producer between two loaded ones, a changed one, one at each end
+    for pid, seq in ((3, 0), (100, 2), (2, 2), (398, 2), (1000, 0)):
+        info = state.prepare_update(pid, AppendOrigin.CLIENT)
+        info.append_data_batch(0, seq, seq + 1, 5000, 20, 21, False)
+        state.update(info)
+    state.update_map_end_offset(22)
+    path = state.take_snapshot(tmp_path)
+    reloaded = ProducerStateManager(TP)
+    reloaded.load_latest(tmp_path, 0, 22)
+    assert reloaded.producer_count == len(many) + 2
+    assert reloaded.active_producers() == state.active_producers()
+    assert [b.first_seq for b in reloaded.last_entry(100).batches] == [0, 2]
+    assert reloaded.last_entry(3).batches[0].first_offset == 20
+    assert read_snapshot(path) == reloaded.active_producers()
+
+
+def test_expiry_reaches_loaded_rows_that_were_never_looked_up(tmp_path):
+    entries = [
+        ProducerStateEntry(1, 0, (BatchMetadata(0, 0, 0, 0, 100),), -1, 100),
+        ProducerStateEntry(2, 0, (BatchMetadata(0, 0, 1, 1, 5000),), -1, 5000),
+        ProducerStateEntry(3, 0, (BatchMetadata(0, 0, 2, 2, 100),), -1, 100, current_txn_first_offset=2),
+    ]
+    write_snapshot(tmp_path, 3, entries)
+    state = ProducerStateManager(TP, producer_id_expiration_ms=1000)
+    state.load_latest(tmp_path, 0, 3)
+    assert state.remove_expired_producers(now_ms=2000) == [1]
+    assert state.last_entry(1) is None
+    assert [e.producer_id for e in state.active_producers()] == [2, 3]
 
 
 @pytest.mark.parametrize(
@@ -159,6 +235,23 @@ def test_consistent_crc_over_an_impossible_batch_count_is_still_corrupt():
     data = struct.pack(">hI", 1, crc32c.crc32c(body)) + body
     with pytest.raises(CorruptSnapshot, match="6 batches"):
         decode_snapshot(data)
+    # version 2: six batch slots per row
+    body = struct.pack(">ibi", 0, 6, 0)
+    with pytest.raises(CorruptSnapshot, match="batch slots 6"):
+        decode_snapshot(struct.pack(">hI", 2, crc32c.crc32c(body)) + body)
+
+
+def test_consistent_crc_over_unsorted_rows_is_still_corrupt():
+    import crc32c
+
+    data = encode_snapshot(ENTRIES)
+    rows_at, row_size = 15 + 16, 31 + 5 * 32
+    body = bytearray(data[6:])
+    first = bytes(body[rows_at - 6 : rows_at - 6 + row_size])
+    body[rows_at - 6 : rows_at - 6 + row_size] = body[rows_at - 6 + row_size : rows_at - 6 + 2 * row_size]
+    body[rows_at - 6 + row_size : rows_at - 6 + 2 * row_size] = first
+    with pytest.raises(CorruptSnapshot, match="strictly increasing"):
+        decode_snapshot(struct.pack(">hI", 2, crc32c.crc32c(body)) + bytes(body))
 
 
 # -- files -----------------------------------------------------------------------------------------
@@ -168,7 +261,7 @@ def test_write_snapshot_is_named_by_offset_and_leaves_no_temp_file(tmp_path):
     path = write_snapshot(tmp_path, 1234, ENTRIES)
     assert path.name == "00000000000000001234.snapshot"
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
-    assert read_snapshot(path) == ENTRIES
+    assert read_snapshot(path) == sorted(ENTRIES, key=lambda e: e.producer_id)
 
 
 def test_list_snapshots_is_sorted_and_ignores_other_files(tmp_path):

@@ -149,7 +149,7 @@ class Log:
             start,
             end,
             len(segments),
-            len(state.active_producers()),
+            state.producer_count,
             replayed,
         )
         return result

@@ -18,6 +18,11 @@ loads the newest valid snapshot and returns the offset from which the caller rep
 Snapshots keep all five batches per producer (see ``producer_snapshot``) so that a restart never
 forgets a duplicate.
 
+Loading is lazy: the snapshot's rows (``SnapshotRows``, sorted by producer id) stay as bytes, and a
+producer's entry is built the first time it is looked up (then it lives in ``_producers`` and its row
+is marked taken). The next snapshot copies the untaken rows as they are. So a restart with 100,000
+producers costs a CRC check, not 100,000 objects, and producers idle since the restart cost nothing.
+
 Deliberate difference from Kafka: a snapshot exactly at the log start offset is kept (Kafka deletes
 snapshots at or below it); it is the only record of producers whose batches retention removed, and
 segments are rolled with a snapshot at their base offset, so it is the one retention leaves usable.
@@ -40,13 +45,15 @@ from onceflow.log.producer_entry import (
 )
 from onceflow.log.producer_snapshot import (
     CorruptSnapshot,
+    SnapshotRows,
     delete_snapshot,
     list_snapshots,
-    read_snapshot,
+    read_snapshot_rows,
     remove_temp_files,
     snapshot_path,
-    write_snapshot,
+    write_snapshot_bytes,
 )
+from onceflow.log.producer_snapshot_format import encode_merged
 
 __all__ = [
     "NUM_BATCHES_TO_RETAIN",
@@ -72,7 +79,11 @@ class ProducerStateManager:
     ) -> None:
         self.topic_partition = topic_partition
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        # Producers looked up or changed since the last load; the rest are rows of ``_loaded``.
         self._producers: dict[int, ProducerStateEntry] = {}
+        self._loaded: SnapshotRows | None = None
+        self._taken_rows: set[int] = set()  # rows of _loaded now in _producers, or dropped
+        self._loaded_at_ms: int | None = None  # rows idle for the expiration time then are not loaded
         # first offset of each open transaction → its metadata; the smallest key bounds the LSO
         self._ongoing_txns: dict[int, TxnMetadata] = {}
         self._map_end_offset = 0
@@ -85,19 +96,31 @@ class ProducerStateManager:
         return self._map_end_offset
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
-        return self._producers.get(producer_id)
+        entry = self._producers.get(producer_id)
+        if entry is None and self._loaded is not None:
+            row = self._loaded.find(producer_id)
+            if row is not None and row not in self._taken_rows:
+                return self._take_row(self._loaded, row)
+        return entry
+
+    @property
+    def producer_count(self) -> int:
+        """How many producers have state here (counting loaded ones not yet checked for expiry)."""
+        loaded = len(self._loaded) - len(self._taken_rows) if self._loaded is not None else 0
+        return len(self._producers) + loaded
 
     def find_duplicate_batch(
         self, producer_id: int, epoch: int, first_seq: int, last_seq: int
     ) -> BatchMetadata | None:
         """The cached batch a client resend duplicates (same pid, epoch and sequence range), if any."""
-        entry = self._producers.get(producer_id)
+        entry = self.last_entry(producer_id)
         if entry is None:
             return None
         return entry.find_duplicate_batch(epoch, first_seq, last_seq)
 
     def active_producers(self) -> list[ProducerStateEntry]:
         """Every producer with state here, by producer id (for DescribeProducers)."""
+        self._take_all_loaded()
         return [self._producers[pid] for pid in sorted(self._producers)]
 
     def ongoing_transactions(self) -> list[TxnMetadata]:
@@ -111,7 +134,7 @@ class ProducerStateManager:
 
     def prepare_update(self, producer_id: int, origin: AppendOrigin) -> ProducerAppendInfo:
         """A validator for an append by ``producer_id``; changes nothing here until ``update``."""
-        current = self._producers.get(producer_id) or ProducerStateEntry.empty(producer_id)
+        current = self.last_entry(producer_id) or ProducerStateEntry.empty(producer_id)
         return ProducerAppendInfo(self.topic_partition, producer_id, current, origin)
 
     def update(self, info: ProducerAppendInfo) -> None:
@@ -119,7 +142,7 @@ class ProducerStateManager:
         if info.producer_id == NO_PRODUCER_ID:
             raise ValueError(f"cannot record producer state without a producer id in {self.topic_partition}")
         appended = info.to_entry()
-        current = self._producers.get(info.producer_id)
+        current = self.last_entry(info.producer_id)
         self._producers[info.producer_id] = appended if current is None else current.merged_with(appended)
         for txn in info.started_transactions():
             self._ongoing_txns[txn.first_offset] = txn
@@ -150,6 +173,12 @@ class ProducerStateManager:
         expired = [pid for pid, entry in self._producers.items() if self.is_expired(entry, now_ms)]
         for pid in expired:
             del self._producers[pid]
+        if self._loaded is not None:
+            # Loaded rows are checked in their bytes; expired ones are marked taken, never built.
+            for row, pid in self._loaded.idle_rows(now_ms - self.producer_id_expiration_ms):
+                if row not in self._taken_rows:
+                    self._taken_rows.add(row)
+                    expired.append(pid)
         if expired:
             log.debug("expired %d producer(s) in %s: %s", len(expired), self.topic_partition, expired)
         return expired
@@ -165,7 +194,8 @@ class ProducerStateManager:
         path = snapshot_path(directory, self._map_end_offset)
         if path.exists():
             return None
-        return write_snapshot(directory, self._map_end_offset, self._producers.values())
+        data = encode_merged(self._loaded, self._taken_rows, self._producers)
+        return write_snapshot_bytes(directory, self._map_end_offset, data)
 
     def load_latest(self, directory: Path, log_start: int, log_end: int, *, now_ms: int | None = None) -> int:
         """Replace the state with the newest valid snapshot in ``[log_start, log_end]``.
@@ -181,18 +211,19 @@ class ProducerStateManager:
         self._clear()
         for snapshot in reversed(list_snapshots(directory)):
             try:
-                entries = read_snapshot(snapshot.path)
+                rows = read_snapshot_rows(snapshot.path)
             except CorruptSnapshot as exc:
                 log.warning("deleting corrupt producer snapshot in %s: %s", self.topic_partition, exc)
                 delete_snapshot(snapshot.path)
                 continue
-            for entry in entries:
-                if now_ms is None or not self.is_expired(entry, now_ms):
-                    self._load_entry(entry)
+            self._loaded, self._loaded_at_ms = rows, now_ms
+            # Open transactions bound the LSO, so they are known at once (they never expire).
+            for pid, first_offset in rows.open_transactions:
+                self._ongoing_txns[first_offset] = TxnMetadata(pid, first_offset)
             self._map_end_offset = snapshot.offset
             log.info(
                 "loaded %d producer(s) of %s from snapshot %s",
-                len(self._producers),
+                len(rows),
                 self.topic_partition,
                 snapshot.path.name,
             )
@@ -224,15 +255,28 @@ class ProducerStateManager:
             delete_snapshot(snapshot.path)
         self._map_end_offset = offset
 
-    def _load_entry(self, entry: ProducerStateEntry) -> None:
+    def _take_row(self, loaded: SnapshotRows, row: int) -> ProducerStateEntry | None:
+        """Build a loaded row's entry (each row once), unless the producer had expired at load."""
+        self._taken_rows.add(row)
+        entry = loaded.entry(row)
+        if self._loaded_at_ms is not None and self.is_expired(entry, self._loaded_at_ms):
+            return None
         self._producers[entry.producer_id] = entry
-        if entry.current_txn_first_offset is not None:
-            first = entry.current_txn_first_offset
-            self._ongoing_txns[first] = TxnMetadata(entry.producer_id, first)
+        return entry
+
+    def _take_all_loaded(self) -> None:
+        loaded = self._loaded
+        if loaded is None:
+            return
+        for row in range(len(loaded)):
+            if row not in self._taken_rows:
+                self._take_row(loaded, row)
+        self._loaded, self._taken_rows = None, set()
 
     def _clear(self) -> None:
         self._producers.clear()
         self._ongoing_txns.clear()
+        self._loaded, self._taken_rows, self._loaded_at_ms = None, set(), None
 
     def _delete_snapshots_outside(self, directory: Path, log_start: int, log_end: int) -> None:
         for snapshot in list_snapshots(directory):
