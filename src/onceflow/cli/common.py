@@ -8,15 +8,23 @@ import logging
 from collections.abc import Iterator
 
 import click
-from rich.console import Console
 
-from onceflow.client.connection import BrokerConnectionError
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+def __getattr__(name: str):
+    # ``out`` and ``err`` (rich consoles) are made on first use: ``onceflow serve`` never needs rich,
+    # and importing it would slow every broker start.
+    if name in ("out", "err"):
+        from rich.console import Console
+
+        console = Console(stderr=name == "err", highlight=False, soft_wrap=True)
+        globals()[name] = console
+        return console
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 bootstrap_option = click.option(
     "--bootstrap-server",
@@ -42,6 +50,8 @@ def parse_key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:
 @contextlib.contextmanager
 def friendly_errors(bootstrap: str | None = None) -> Iterator[None]:
     """Turn the errors a user can cause or fix into one-line messages (click exits with code 1)."""
+    from onceflow.client.connection import BrokerConnectionError  # lazily: serve needs no client
+
     try:
         yield
     except BrokerConnectionError as exc:
