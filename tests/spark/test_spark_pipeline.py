@@ -5,7 +5,6 @@ One broker and one SparkSession for the whole module (a session costs 5-14 s to 
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from tests.helpers.broker import BrokerProcess  # noqa: E402
 from tests.spark.txn_helpers import write_transactions  # noqa: E402
 
 from onceflow.client import SimpleClient  # noqa: E402
-from onceflow.spark.pipeline import PipelineConfig, make_spark_session, run_pipeline  # noqa: E402
+from onceflow.spark.pipeline import PipelineConfig, run_pipeline  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -40,18 +39,6 @@ def broker(tmp_path_factory):
     proc.start()
     yield proc
     proc.stop()
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # local[2,3]: two cores, and a failed task is retried (up to 3 attempts) as on a cluster.
-    session = make_spark_session(
-        "onceflow-tests", master="local[2,3]", conf={"spark.sql.shuffle.partitions": "2"}
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def make_input(bootstrap: str, prefix: str, partitions: int, count: int, start: int = 0) -> str:

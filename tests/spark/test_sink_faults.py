@@ -1,0 +1,244 @@
+"""The exactly-once sink under real failures, compared with a failure-free run of the same input.
+
+Every scenario reads the same input topic (2 partitions, 3 batches of 200 offsets) with
+``tests.spark.apps:upper_values_same_partition``, so output partition P is written only by the task
+reading input partition P and its content and order are deterministic. The failures:
+
+- kill -9 of the driver (a child process) after batch 1's Kafka transactions committed and before
+  Spark's commit log has batch 1 (the sink's ``kill-driver-after-commit`` fault point); the query is
+  then resumed from its checkpoint, which replays batch 1. The at-least-once sink in the same
+  scenario writes batch 1 twice, which shows the scenario does test something;
+- a task that raises on its first attempt (``local[2,3]`` retries it);
+- a broker killed (kill -9) and restarted while a task of batch 1 has an open transaction.
+
+One broker for the module (restarted by the last test), the session's SparkSession.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from tests.conftest import topic_name  # noqa: E402
+from tests.helpers.broker import BrokerProcess  # noqa: E402
+from tests.spark.apps import upper_values_same_partition  # noqa: E402
+from tests.spark.conftest import REPO_ROOT  # noqa: E402
+
+from onceflow.client import SimpleClient  # noqa: E402
+from onceflow.spark.faults import FAULT_ENV, kill_driver_fault  # noqa: E402
+from onceflow.spark.pipeline import PipelineConfig, run_pipeline, start_pipeline  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+RECORDS = 600
+BATCH_OFFSETS = 200
+APP = "tests.spark.apps:upper_values_same_partition"
+OUTPUT_SCHEMA = "key BINARY, value STRING, partition INT"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    proc = BrokerProcess(tmp_path_factory.mktemp("spark-faults-broker"))
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def input_topic(broker):
+    topic = topic_name("faults-in")
+    with SimpleClient(broker.bootstrap) as client:
+        client.create_topic(topic, partitions=2)
+        client.produce(topic, [(f"k{i % 7}".encode(), f"v{i}".encode()) for i in range(RECORDS)])
+    return topic
+
+
+def new_output(broker, prefix: str) -> str:
+    topic = topic_name(prefix)
+    with SimpleClient(broker.bootstrap) as client:
+        client.create_topic(topic, partitions=2)
+    return topic
+
+
+def config_for(broker, input_topic, output, checkpoint: Path, guarantee="exactly-once", app=APP):
+    return PipelineConfig(
+        app=app,
+        input=input_topic,
+        output=output,
+        checkpoint=str(checkpoint),
+        bootstrap=broker.bootstrap,
+        available_now=True,
+        guarantee=guarantee,
+        max_offsets_per_trigger=BATCH_OFFSETS,
+    )
+
+
+def by_partition(bootstrap: str, topic: str) -> dict[int, list[tuple[bytes, bytes]]]:
+    """What a read_committed consumer sees, per partition in offset order."""
+    result: dict[int, list] = {0: [], 1: []}
+    with SimpleClient(bootstrap) as client:
+        for r in client.consume(topic, isolation_level="read_committed", timeout_s=1.5):
+            result[r.partition].append((r.offset, r.key, r.value))
+    return {p: [(k, v) for _o, k, v in sorted(rows)] for p, rows in result.items()}
+
+
+@pytest.fixture(scope="module")
+def reference(spark, broker, input_topic, tmp_path_factory):
+    """The failure-free run's output."""
+    output = new_output(broker, "faults-ref")
+    config = config_for(broker, input_topic, output, tmp_path_factory.mktemp("ref") / "ckpt")
+    progress = run_pipeline(config, spark)
+    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [200, 200, 200]
+    expected = by_partition(broker.bootstrap, output)
+    assert sum(len(rows) for rows in expected.values()) == RECORDS
+    return expected
+
+
+def run_child_driver(config: PipelineConfig, fault: str, log_path: Path) -> int:
+    """``onceflow pipeline run`` in its own session with a fault point set; returns its exit code."""
+    command = [
+        sys.executable,
+        "-m",
+        "onceflow",
+        "pipeline",
+        "run",
+        "--app",
+        config.app,
+        "--input",
+        config.input,
+        "--output",
+        config.output,
+        "--checkpoint",
+        config.checkpoint,
+        "--bootstrap",
+        config.bootstrap,
+        "--available-now",
+        "--guarantee",
+        config.guarantee,
+        "--max-offsets-per-trigger",
+        str(config.max_offsets_per_trigger),
+        "--spark-log-level",
+        "ERROR",
+    ]
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", **{FAULT_ENV: fault})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            command, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        return proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_driver_killed_between_kafka_commit_and_spark_commit_log(
+    spark, broker, input_topic, reference, tmp_path, guarantee
+):
+    output = new_output(broker, f"faults-kill-{guarantee}")
+    config = config_for(broker, input_topic, output, tmp_path / "ckpt", guarantee)
+    code = run_child_driver(config, kill_driver_fault(1), tmp_path / "driver.log")
+    assert code == -signal.SIGKILL, (tmp_path / "driver.log").read_text()[-3000:]
+    checkpoint = Path(config.checkpoint)
+    assert (checkpoint / "offsets" / "1").exists()
+    assert not (checkpoint / "commits" / "1").exists()  # Spark does not know batch 1 was written
+
+    progress = run_pipeline(config, spark)  # resume: replays batch 1, then batch 2
+    assert [p["batchId"] for p in progress if p["numInputRows"]] == [1, 2]
+    got = by_partition(broker.bootstrap, output)
+    if guarantee == "exactly-once":
+        assert got == reference
+    else:
+        # The baseline: batch 1 is in the output twice; apart from that, the same records.
+        assert sum(len(rows) for rows in got.values()) > RECORDS
+        assert {p: list(dict.fromkeys(rows)) for p, rows in got.items()} == reference
+
+
+def fail_first_attempt(df):
+    """The app, with partition 0 of batch 1 failing on its first attempt after all its rows went
+    on towards the sink."""
+    from pyspark import TaskContext
+
+    def maybe_fail(batches):
+        yield from batches
+        context = TaskContext.get()
+        if (
+            context.getLocalProperty("streaming.sql.batchId") == "1"
+            and context.partitionId() == 0
+            and context.attemptNumber() == 0
+        ):
+            raise RuntimeError("injected failure of the first attempt")
+
+    return upper_values_same_partition(df).mapInArrow(maybe_fail, OUTPUT_SCHEMA)
+
+
+def test_task_failing_once_is_retried_without_duplicates(spark, broker, input_topic, reference, tmp_path):
+    output = new_output(broker, "faults-task")
+    config = config_for(broker, input_topic, output, tmp_path / "ckpt", app=fail_first_attempt)
+    progress = run_pipeline(config, spark)
+    assert sum(p["numInputRows"] for p in progress) == RECORDS
+    assert by_partition(broker.bootstrap, output) == reference
+
+
+def pause_in_batch_1(signal_dir: str):
+    """The app, with partition 0 of batch 1 pausing half way (its transaction open) until the test
+    has restarted the broker."""
+    from pyspark import TaskContext
+
+    def maybe_pause(batches):
+        context = TaskContext.get()
+        pausing = (
+            context.getLocalProperty("streaming.sql.batchId") == "1"
+            and context.partitionId() == 0
+            and context.attemptNumber() == 0
+        )
+        for batch in batches:
+            if pausing and batch.num_rows > 1:
+                yield batch.slice(0, batch.num_rows // 2)
+                Path(signal_dir, "paused").touch()
+                deadline = time.monotonic() + 120
+                while not Path(signal_dir, "go").exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                yield batch.slice(batch.num_rows // 2)
+                pausing = False
+            else:
+                yield batch
+
+    def app(df):
+        return upper_values_same_partition(df).mapInArrow(maybe_pause, OUTPUT_SCHEMA)
+
+    return app
+
+
+def test_broker_restart_mid_batch(spark, broker, input_topic, reference, tmp_path):
+    output = new_output(broker, "faults-broker")
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    config = config_for(broker, input_topic, output, tmp_path / "ckpt", app=pause_in_batch_1(str(signals)))
+    query = start_pipeline(spark, config)
+    try:
+        deadline = time.monotonic() + 180
+        while not (signals / "paused").exists():
+            assert query.isActive and time.monotonic() < deadline, query.exception()
+            time.sleep(0.1)
+        broker.kill9()
+        broker.restart()
+        (signals / "go").touch()
+        query.awaitTermination(240)
+        assert query.exception() is None
+    finally:
+        if query.isActive:
+            query.stop()
+    assert sum(p["numInputRows"] for p in query.recentProgress) == RECORDS
+    assert by_partition(broker.bootstrap, output) == reference
