@@ -216,3 +216,24 @@ def test_expired_producer_may_restart_at_any_sequence(tmp_path):
     assert log.producer_state.active_producers() == []
     assert not send(log, 7, 1, ts=now[0]).duplicate
     log.close()
+
+
+def test_periodic_snapshots_bound_the_replay_after_a_crash_inside_one_big_segment(tmp_path):
+    big_segments = LogConfig(segment_bytes=1 << 30, index_interval_bytes=100)
+    log = Log.open(tmp_path / "t-0", big_segments)
+    log.producer_snapshot_interval_bytes = 500  # a few batches
+    offsets = fill(log, 40)
+    assert log.segment_base_offsets() == [0]
+    inside = [s.offset for s in list_snapshots(log.directory)]
+    # only the newest two periodic snapshots are kept, all inside the one segment
+    assert len(inside) == 2 and 0 < inside[0] < inside[1] <= log.log_end_offset
+    newest = inside[-1]
+    log.abandon()  # a crash: no snapshot at the log end, no clean-shutdown marker
+    reopened = Log.open(tmp_path / "t-0", big_segments)
+    assert reopened.producer_state.map_end_offset == reopened.log_end_offset
+    # every cached batch is still a duplicate, including those written after the newest snapshot
+    for i in range(35, 40):
+        result = send(reopened, i * 2, 2)
+        assert result.duplicate and (result.base_offset, result.last_offset) == offsets[i]
+    assert newest < offsets[-1][1]  # the tail after the snapshot really was replayed
+    reopened.close()

@@ -9,6 +9,9 @@ append first looks for a resend of a cached batch (answered with the original of
 then validates every producer batch (epoch, sequence) before the write, and applies the result after it.
 Snapshots are taken at each segment roll and at ``close()``; ``open()`` loads the newest valid one and
 replays only the log after it, so a restart never forgets a duplicate it would have caught before.
+Beyond Kafka, a snapshot is also taken every ``producer_snapshot_interval_bytes`` appended (64 MiB),
+keeping the newest two inside the active segment: with Kafka's 1 GiB segments a crash would otherwise
+replay up to a whole segment of producer batches on restart.
 
 Transactions: the producer state knows the first offset of every open transaction; the last stable
 offset (LSO) is the oldest of them, else the high watermark. When a marker completes a transaction it
@@ -48,7 +51,7 @@ from onceflow.log.producer_append import (
     validate_producer_batches,
 )
 from onceflow.log.producer_entry import CompletedTxn
-from onceflow.log.producer_snapshot import delete_snapshots_before
+from onceflow.log.producer_snapshot import delete_snapshots_before, delete_snapshots_inside_segment
 from onceflow.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from onceflow.log.segment import (
     INDEX_SUFFIX,
@@ -66,6 +69,8 @@ from onceflow.protocol.records import BatchHeader
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+# Bytes appended between periodic producer snapshots (not a Kafka setting: Kafka snapshots only at roll).
+PRODUCER_SNAPSHOT_INTERVAL_BYTES = 64 * 1024 * 1024
 _SEGMENT_NAME_DIGITS = 20
 
 
@@ -99,6 +104,8 @@ class Log:
         self._unflushed: set[LogSegment] = set(segments[-1:])
         self._closed = False
         self.producer_state = producer_state
+        self.producer_snapshot_interval_bytes = PRODUCER_SNAPSHOT_INTERVAL_BYTES
+        self._bytes_since_snapshot = 0
         # Aborted transactions per segment (by base offset), in each segment's .txnindex.
         self._txn_indexes = {
             segment.base_offset: self._open_txn_index(segment.base_offset) for segment in segments
@@ -254,7 +261,16 @@ class Log:
         self._unflushed.add(active)
         for completed in apply_producer_appends(state, producer_appends, self.log_end_offset):
             self._complete_txn(completed)
+        self._bytes_since_snapshot += total
+        if self._bytes_since_snapshot >= self.producer_snapshot_interval_bytes:
+            self._take_periodic_snapshot()
         return AppendResult(first_offset, last_offset, append_time, self.log_start_offset)
+
+    def _take_periodic_snapshot(self) -> None:
+        """Bound what a crash makes recovery replay; keep only the newest two inside the active segment."""
+        self._bytes_since_snapshot = 0
+        self.producer_state.take_snapshot(self.directory)
+        delete_snapshots_inside_segment(self.directory, self._bases[-1])
 
     def _complete_txn(self, completed: CompletedTxn) -> None:
         """A marker ended a transaction: close it in the producer state and, if it was aborted, index it
@@ -354,6 +370,7 @@ class Log:
         old.write_indexes()
         # The snapshot covers everything below the new segment: recovery replays at most the active one.
         self.producer_state.take_snapshot(self.directory)
+        self._bytes_since_snapshot = 0
         segment = LogSegment.open(
             self.directory, base_offset, self.config.index_interval_bytes, now, recover=False
         )

@@ -45,6 +45,7 @@ __all__ = [
     "delete_snapshot",
     "delete_snapshots_after",
     "delete_snapshots_before",
+    "delete_snapshots_inside_segment",
     "encode_snapshot",
     "list_snapshots",
     "read_snapshot",
@@ -159,6 +160,19 @@ def delete_snapshots_before(directory: Path, offset: int, *, keep_latest: int = 
     for snapshot_offset in deleted:
         delete_snapshot(snapshot_path(directory, snapshot_offset))
     return deleted
+
+
+def delete_snapshots_inside_segment(directory: Path, segment_base: int, *, keep_latest: int = 2) -> list[int]:
+    """Delete periodic snapshots above ``segment_base`` (the active segment's), but the newest ``keep_latest``.
+
+    The snapshot *at* a segment's base offset (its roll snapshot) is kept: it bounds the replay after a
+    truncation into that segment.
+    """
+    inside = [s for s in list_snapshots(directory) if s.offset > segment_base]
+    doomed = inside[:-keep_latest] if keep_latest > 0 else inside
+    for snapshot in doomed:
+        delete_snapshot(snapshot.path)
+    return [snapshot.offset for snapshot in doomed]
 
 
 def remove_temp_files(directory: Path) -> None:
