@@ -5,15 +5,18 @@ restarts.
 
 1. Produce: a confluent-kafka producer sends N records of 1,000 bytes to one partition of one onceflow
    broker (acks=all, linger.ms=5, batch.size=1 MiB, no compression), with ``enable.idempotence`` true
-   and false, interleaved (idem, plain, plain, idem, ...). Both use max.in.flight=5 (what idempotence
-   imposes), so the difference is the producer-state work alone. Target: idempotent/plain >= 0.97.
+   and false, interleaved (idem, plain, plain, idem, ...) after one discarded warm-up round of each, a
+   fresh topic per run. Both use max.in.flight=5 (what idempotence imposes), so the difference is the
+   producer-state work alone. Target: idempotent/plain >= 0.97. The same pair also runs against
+   librdkafka's in-process mock cluster (``test.mock.num.brokers``): its ratio is what the client alone
+   makes of idempotence, the reference for ours.
 2. Restart: a partition with ~1 GB of log written by 100,000 producer ids (one 10-record batch each)
    in 100 MiB segments (segment.bytes=104857600; each roll leaves a producer snapshot). Timed from
    spawning ``onceflow serve`` to its listening line (Python start-up included):
    - clean: after SIGTERM (snapshot at the log end: nothing to replay);
-   - unclean: after SIGKILL, with the snapshots newer than the active segment's base removed (what a
-     crash leaves when the active segment was written after the last roll), so recovery CRC-scans
-     the active segment and replays its batches after loading the roll snapshot.
+   - unclean: after SIGKILL, with the snapshot at the log end removed (``close()`` wrote it; a crash
+     would not have), so recovery CRC-scans the active segment and replays the batches after the newest
+     periodic snapshot (taken every 64 MiB appended).
    Target: under 2 s. ``Log.open`` alone is timed too, in this process, for both cases.
 
 Progress goes to stderr; the last stdout line is one JSON object (see /work/shared/BENCH.md).
@@ -22,6 +25,7 @@ Progress goes to stderr; the last stdout line is one JSON object (see /work/shar
 from __future__ import annotations
 
 import argparse
+import os
 import struct
 import sys
 import time
@@ -59,13 +63,14 @@ def create_topic(bootstrap: str, topic: str, configs: dict[str, str] | None = No
     admin.create_topics([new])[topic].result(timeout=30)
 
 
-def new_producer(bootstrap: str, topic: str, idempotent: bool) -> Producer:
+def new_producer(bootstrap: str | None, topic: str, idempotent: bool) -> Producer:
     """A connected producer: one record sent and acknowledged, so the timed part excludes start-up
     (connecting, metadata and, for the idempotent one, InitProducerId, which librdkafka takes its
     time over: ~0.4 s here)."""
+    where = {"bootstrap.servers": bootstrap} if bootstrap else {"test.mock.num.brokers": 1}
     producer = Producer(
         {
-            "bootstrap.servers": bootstrap,
+            **where,
             "enable.idempotence": idempotent,
             "acks": "all",
             "max.in.flight.requests.per.connection": 5,
@@ -102,27 +107,36 @@ def produce(producer: Producer, topic: str, records: int, payload: bytes) -> Non
         raise RuntimeError(f"produce: {left} undelivered, {len(errors)} failed: {errors[:1]}")
 
 
-def produce_rounds(broker: BrokerProcess, records: int, rounds: int) -> dict:
+def produce_rounds(broker: BrokerProcess | None, records: int, rounds: int) -> dict:
+    """ABBA rounds after a discarded warm-up; ``broker`` None = librdkafka's mock cluster."""
     payload = b"x" * RECORD_BYTES
     gigabytes = records * RECORD_BYTES / 1e9
     samples = {name: {"rate": [], "cpu": []} for name in ("idempotent", "plain")}
-    for round_no in range(rounds):
+    for round_no in range(-1, rounds):  # round -1: warm-up, not counted
         # ABBA order: whichever goes first in a round gets no systematic advantage.
         for name in ("idempotent", "plain") if round_no % 2 == 0 else ("plain", "idempotent"):
             topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
-            create_topic(broker.bootstrap, topic)
-            producer = new_producer(broker.bootstrap, topic, idempotent=name == "idempotent")
-            with measure(broker.pid) as m:
+            if broker is not None:
+                create_topic(broker.bootstrap, topic)
+                producer = new_producer(broker.bootstrap, topic, idempotent=name == "idempotent")
+            else:
+                producer = new_producer(None, topic, idempotent=name == "idempotent")
+            started = time.perf_counter()
+            with measure(broker.pid if broker is not None else os.getpid()) as m:
                 produce(producer, topic, records, payload)
+            seconds = time.perf_counter() - started
             del producer  # librdkafka's teardown happens here, outside the timed part
-            r = m.result
-            samples[name]["rate"].append(records / r.seconds)
-            samples[name]["cpu"].append(r.broker_cpu_s / gigabytes)
-            progress(
-                f"  round {round_no + 1} {name:10s} {records / r.seconds:>10,.0f} rec/s  "
-                f"broker {r.broker_cpu_s:5.2f} cpu-s ({r.seconds:.2f} s)"
-            )
+            label = "warm-up" if round_no < 0 else f"round {round_no + 1}"
+            cpu = m.result.broker_cpu_s if broker is not None else float("nan")
+            progress(f"  {label:8s} {name:10s} {records / seconds:>10,.0f} rec/s  broker {cpu:5.2f} cpu-s")
+            if round_no >= 0:
+                samples[name]["rate"].append(records / seconds)
+                samples[name]["cpu"].append(cpu / gigabytes)
     return samples
+
+
+def spread(values: list[float]) -> list[int]:
+    return [round(min(values)), round(max(values))]
 
 
 # -- 2. restart with many producers ------------------------------------------------------------
@@ -147,12 +161,11 @@ def fill_partition(directory: Path, producers: int, config: LogConfig) -> int:
     return size
 
 
-def drop_snapshots_after_active_base(directory: Path) -> None:
-    """Leave only the snapshots a crash would: none newer than the active segment's base offset."""
-    bases = sorted(int(p.name[:-4]) for p in directory.glob("*.log"))
-    for snapshot in list_snapshots(directory):
-        if snapshot.offset > bases[-1]:
-            delete_snapshot(snapshot.path)
+def drop_close_snapshot(directory: Path) -> None:
+    """Leave only the snapshots a crash would: not the one ``close()`` wrote at the log end."""
+    snapshots = list_snapshots(directory)
+    if snapshots:
+        delete_snapshot(snapshots[-1].path)
 
 
 def timed_start(broker: BrokerProcess) -> float:
@@ -195,11 +208,11 @@ def restart_rounds(data_dir: Path, producers: int, rounds: int) -> tuple[dict, d
             samples["log_open_clean"].append(seconds)
             samples["clean"].append(timed_start(broker))
             broker.kill9()
-            drop_snapshots_after_active_base(directory)
+            drop_close_snapshot(directory)
             seconds, count = timed_log_open(directory, config, clean=False)
             assert count == producers, f"unclean reopen found {count} producers"
             samples["log_open_unclean"].append(seconds)
-            drop_snapshots_after_active_base(directory)
+            drop_close_snapshot(directory)
             samples["unclean"].append(timed_start(broker))
             broker.stop()  # clean: the next round starts from a clean shutdown
             progress(
@@ -236,6 +249,8 @@ def main() -> None:
             produce_samples = produce_rounds(broker, params["records"], params["rounds"])
         finally:
             broker.stop()
+        progress("produce: librdkafka mock cluster (the client's own idempotence ratio)")
+        mock_samples = produce_rounds(None, params["records"], params["rounds"])
         progress(f"restart: {params['producers']:,} producers, {params['restart_rounds']} rounds")
         restart_samples, restart_info = restart_rounds(
             Path(tmp.name), params["producers"], params["restart_rounds"]
@@ -245,6 +260,8 @@ def main() -> None:
         tmp.cleanup()
     idem = median(produce_samples["idempotent"]["rate"])
     plain = median(produce_samples["plain"]["rate"])
+    mock_idem = median(mock_samples["idempotent"]["rate"])
+    mock_plain = median(mock_samples["plain"]["rate"])
     emit(
         {
             "bench": "idempotence",
@@ -252,12 +269,31 @@ def main() -> None:
             "results": {
                 "produce.idempotent": round(idem),
                 "produce.plain": round(plain),
+                "produce.mock.idempotent": round(mock_idem),
+                "produce.mock.plain": round(mock_plain),
                 "restart_clean_s": round(median(restart_samples["clean"]), 3),
                 "restart_unclean_s": round(median(restart_samples["unclean"]), 3),
                 "log_open_clean_s": round(median(restart_samples["log_open_clean"]), 3),
                 "log_open_unclean_s": round(median(restart_samples["log_open_unclean"]), 3),
             },
-            "ratios": {"produce idempotent/plain": round(idem / plain, 3)},
+            "ratios": {
+                "produce idempotent/plain": round(idem / plain, 3),
+                "mock idempotent/plain": round(mock_idem / mock_plain, 3),
+            },
+            "spread": {
+                "produce.idempotent": spread(produce_samples["idempotent"]["rate"]),
+                "produce.plain": spread(produce_samples["plain"]["rate"]),
+                "produce.mock.idempotent": spread(mock_samples["idempotent"]["rate"]),
+                "produce.mock.plain": spread(mock_samples["plain"]["rate"]),
+                "restart_clean_s": [
+                    round(min(restart_samples["clean"]), 3),
+                    round(max(restart_samples["clean"]), 3),
+                ],
+                "restart_unclean_s": [
+                    round(min(restart_samples["unclean"]), 3),
+                    round(max(restart_samples["unclean"]), 3),
+                ],
+            },
             "cpu_s_per_gb": {
                 "onceflow.idempotent": round(median(produce_samples["idempotent"]["cpu"]), 2),
                 "onceflow.plain": round(median(produce_samples["plain"]["cpu"]), 2),
