@@ -209,3 +209,31 @@ def test_describe_and_list(h):
     assert [g.group_id for g in h.coord.list_groups(states=["stable"])] == ["g"]
     assert h.coord.list_groups(states=["Empty"]) == []
     assert h.coord.list_groups(types=["consumer"]) == []  # KIP-848 group type filter: ours are classic
+
+
+def test_txn_offset_commit_member_checks_allow_a_rebalance_in_progress(h):
+    """KIP-447 (Kafka's validateOffsetCommit with isTransactional): TxnOffsetCommit checks member,
+    instance and generation only; a member of the new generation may commit while the group is
+    CompletingRebalance, where a plain OffsetCommit gets REBALANCE_IN_PROGRESS."""
+    r = h.stable_single()
+    check = h.coord.check_txn_member
+    assert check("g", r.member_id, None, 1) is E.NONE
+    assert check("g", r.member_id, None, 0) is E.ILLEGAL_GENERATION
+    assert check("g", "ghost", None, 1) is E.UNKNOWN_MEMBER_ID
+    assert check("g", "", None, -1) is E.NONE  # v0-2 or group id only: no member data to check
+    assert check("fresh", "", None, -1) is E.NONE
+    assert check("fresh", "x", None, 3) is E.UNKNOWN_MEMBER_ID  # judged as a new empty group
+    h.join_new(client_id="b")
+    h.join("g", r.member_id)
+    group = h.coord.group("g")
+    assert group.state is GroupState.COMPLETING_REBALANCE and group.generation_id == 2
+    assert commit(h, {TP0: 2}, member=r.member_id, generation=2)[0] is E.REBALANCE_IN_PROGRESS
+    assert check("g", r.member_id, None, 2) is E.NONE
+    assert check("g", r.member_id, None, 1) is E.ILLEGAL_GENERATION  # the zombie of generation 1
+
+
+def test_txn_offset_commit_fences_a_replaced_static_member(h):
+    s = h.join("g", instance_id="i")
+    h.sync("g", s[0].member_id, 1, {s[0].member_id: b""}, instance_id="i")
+    assert h.coord.check_txn_member("g", s[0].member_id, "i", 1) is E.NONE
+    assert h.coord.check_txn_member("g", "old-id", "i", 1) is E.FENCED_INSTANCE_ID

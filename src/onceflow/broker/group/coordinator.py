@@ -341,11 +341,12 @@ class GroupCoordinator:
     def check_txn_member(
         self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
     ) -> ErrorCode:
-        """KIP-447 fencing for TxnOffsetCommit: a zombie from an old generation is rejected."""
-        group = self._groups.get(group_id)
-        if group is None or generation_id < 0:
-            return E.NONE
-        return self._membership.check_commit_member(group, member_id, group_instance_id, generation_id)
+        """KIP-447 fencing for TxnOffsetCommit: a zombie from an old generation is rejected (see
+        :meth:`Membership.check_txn_commit_member`). A group we do not know is judged as the empty
+        group Kafka would create for the commit."""
+        self._check_loaded()
+        group = self._groups.get(group_id) or GroupMetadata(group_id, self._scheduler.now_ms())
+        return self._membership.check_txn_commit_member(group, member_id, group_instance_id, generation_id)
 
     def on_txn_marker(self, producer_id: int, commit: bool) -> None:
         """A transaction marker was written to ``__consumer_offsets``: publish or drop the producer's

@@ -519,6 +519,30 @@ class Membership:
             return E.ILLEGAL_GENERATION
         return E.NONE
 
+    def check_txn_commit_member(
+        self, group: GroupMetadata, member_id: str, instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        """May this producer commit offsets for the group inside its transaction? (TxnOffsetCommit,
+        KIP-447.) Unlike OffsetCommit there is no REBALANCE_IN_PROGRESS: a member that already holds
+        the new generation may commit while the group completes the rebalance, because the generation
+        check alone fences zombies. Requests without member data (TxnOffsetCommit v0-2, or a producer
+        given only the group id) are accepted whatever the group's state."""
+        if group.is_in(S.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.is_in(S.EMPTY):
+            return E.NONE
+        if generation_id < 0 and not member_id and instance_id is None:
+            return E.NONE
+        if instance_id is not None:
+            registered = group.static_member_id(instance_id)
+            if registered is not None and registered != member_id:
+                return E.FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return E.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return E.ILLEGAL_GENERATION
+        return E.NONE
+
     def _drop_member(self, group: GroupMetadata, member: Member) -> None:
         if member.heartbeat_timer is not None:
             member.heartbeat_timer.cancel()

@@ -5,7 +5,8 @@ producer's transactional batch and stay pending until the commit marker (an abor
 Checks, in Kafka's order: the producer's transaction must hold the group's ``__consumer_offsets``
 partition (AddOffsetsToTxn; with v5, transaction protocol v2, it is added here implicitly); then
 KIP-447 fencing on the group (v3+: a member of an old generation gets ILLEGAL_GENERATION, a replaced
-static member FENCED_INSTANCE_ID, an unknown one UNKNOWN_MEMBER_ID).
+static member FENCED_INSTANCE_ID, an unknown one UNKNOWN_MEMBER_ID). A group completing a rebalance
+does not refuse the commit (Kafka's rule: only OffsetCommit answers REBALANCE_IN_PROGRESS).
 """
 
 from __future__ import annotations
@@ -62,13 +63,13 @@ async def _commit(ctx: RequestContext, request: TxnOffsetCommitRequest, offsets)
     code = await _check_transaction(ctx, request)
     if code is not ErrorCode.NONE:
         return code, {}
-    if ctx.api_version >= FIRST_MEMBER_VERSION:
-        code = ctx.groups.check_txn_member(
-            request.group_id, request.member_id, request.group_instance_id, request.generation_id
-        )
-        if code is not ErrorCode.NONE:
-            return code, {}
     try:
+        if ctx.api_version >= FIRST_MEMBER_VERSION:
+            code = ctx.groups.check_txn_member(
+                request.group_id, request.member_id, request.group_instance_id, request.generation_id
+            )
+            if code is not ErrorCode.NONE:
+                return code, {}
         return ErrorCode.NONE, ctx.groups.commit_txn_offsets(
             request.group_id, request.producer_id, request.producer_epoch, offsets
         )
