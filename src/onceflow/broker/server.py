@@ -75,8 +75,15 @@ class Broker:
 
     async def start(self) -> None:
         self.topics.load()
+        # Bind now (the port is part of the services) but accept only once the coordinators have
+        # loaded: a request served earlier would meet no services, or no transaction coordinator and
+        # so skip the KIP-890 produce check and TxnOffsetCommit's transaction check.
         self._server = await asyncio.start_server(
-            self._serve_connection, self.config.host, self.config.port, reuse_address=True
+            self._serve_connection,
+            self.config.host,
+            self.config.port,
+            reuse_address=True,
+            start_serving=False,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self.services = BrokerServices(
@@ -98,6 +105,7 @@ class Broker:
         )
         await transactions.start()  # replays __transaction_state, finishes Prepare* transactions
         self.services.transactions = transactions
+        await self._server.start_serving()
         log.info("onceflow broker listening on %s:%d", self.config.host, self.port)
 
     async def stop(self) -> None:
