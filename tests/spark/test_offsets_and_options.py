@@ -120,7 +120,9 @@ def test_bad_source_options_name_the_problem(options, streaming, complaint):
 
 def test_sink_options():
     opts = parse_sink_options({**BOOT, "topic": "out", "guarantee": "at-least-once", "kafka.acks": "1"})
-    assert opts.topic == "out" and opts.guarantee == AT_LEAST_ONCE and opts.extra == {"acks": "1"}
+    assert opts.topic == "out" and opts.guarantee == AT_LEAST_ONCE
+    assert opts.extra == {"acks": "1", "batch.size": "262144", "linger.ms": "5"}
+    assert parse_sink_options({**BOOT, "kafka.batch.size": "1000"}).extra["batch.size"] == "1000"
     assert parse_sink_options(BOOT).guarantee == "exactly-once"
     with pytest.raises(ValueError, match="guarantee"):
         parse_sink_options({**BOOT, "guarantee": "maybe"})

@@ -14,7 +14,7 @@ import logging
 
 from onceflow.client import Consumer, Producer
 from onceflow.spark.exactly_once import OutputRecord, decode_marker
-from onceflow.spark.options import SinkOptions
+from onceflow.spark.options import SinkOptions, producer_settings
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class ClientTransactionalWriter:
         self.transactional_id = transactional_id
         self.marker_partition = (marker_topic, 0)
         self._options = options
-        settings = {k: v for k, v in options.extra.items() if k not in _SKIP}
+        settings = producer_settings(options.extra, _SKIP)
         self._producer = Producer(
             {
                 **settings,
@@ -70,7 +70,7 @@ class ClientTransactionalWriter:
             record.value,
             key=record.key,
             partition=record.partition,
-            headers=list(record.headers) or None,
+            headers=record.headers or None,
         )
 
     def send_offsets(self, batch_id: int) -> None:

@@ -25,16 +25,13 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from onceflow.client import SimpleClient
 from onceflow.spark import faults
 from onceflow.spark.exactly_once import OutputRecord, TaskOutcome, transactional_id_for, write_exactly_once
-from onceflow.spark.options import AT_LEAST_ONCE, SinkOptions
+from onceflow.spark.options import AT_LEAST_ONCE, SinkOptions, producer_settings
 
 log = logging.getLogger(__name__)
 
 __all__ = ["OnceflowStreamWriter", "SinkCommitMessage", "SinkIncomplete", "output_records"]
-
-PRODUCE_CHUNK = 20000  # records handed to the producer per call (bounds the task's memory)
 
 
 class SinkIncomplete(RuntimeError):
@@ -85,32 +82,35 @@ def output_records(batch: pa.RecordBatch, topic_option: str | None) -> Iterator[
 
 
 def _produce_at_least_once(options: SinkOptions, records: Iterable[OutputRecord]) -> int:
-    """Plain produce: every record at least once (acks=all), grouped by topic and partition."""
-    acks = int(options.extra.get("acks", "-1").replace("all", "-1"))
-    compression = options.extra.get("compression.type", "none")
+    """Plain produce, like Spark's Kafka sink: the idempotent producer (no duplicates from its own
+    retries) without a transaction, so a replayed batch or a retried task writes its records again."""
+    from onceflow.client import Producer
+
+    settings = producer_settings(options.extra, {"bootstrap.servers", "transactional.id"})
+    failures: list[BaseException] = []
+
+    def on_delivery(_metadata, error) -> None:
+        if error is not None and not failures:
+            failures.append(error)
+
     count = 0
-    pending: dict[tuple[str, int | None], list[tuple]] = {}
-    with SimpleClient(options.bootstrap, client_id=options.client_id) as client:
-
-        def flush(target: tuple[str, int | None]) -> None:
-            topic, partition = target
-            client.produce(
-                topic, pending.pop(target), partition=partition, acks=acks, compression=compression
-            )
-
-        buffered = 0
+    producer = Producer({**settings, "bootstrap.servers": options.bootstrap, "client.id": options.client_id})
+    try:
         for record in records:
-            pending.setdefault((record.topic, record.partition), []).append(
-                (record.key, record.value, record.headers)
+            producer.send(
+                record.topic,
+                record.value,
+                key=record.key,
+                partition=record.partition,
+                headers=record.headers or None,
+                callback=on_delivery,
             )
             count += 1
-            buffered += 1
-            if buffered >= PRODUCE_CHUNK:
-                for target in list(pending):
-                    flush(target)
-                buffered = 0
-        for target in list(pending):
-            flush(target)
+        producer.flush()
+        if failures:
+            raise failures[0]
+    finally:
+        producer.close()
     return count
 
 
