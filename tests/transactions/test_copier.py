@@ -8,11 +8,17 @@ duplicate commit), and the final read_committed read of the output must equal th
 
 Full size (100,000 records); a passing run takes 40-75 s on 2 cores.
 
-SKIPPED by default (set ONCEFLOW_COPIER=1 to run it): in about one run of three a librdkafka copier
-stalls after a broker restart inside send_offsets_to_transaction (AddOffsetsToTxn answered NO_ERROR,
-then no TxnOffsetCommit is ever sent; the broker's timeout abort then fences it) and its input
-partition is never copied, so the final count is short by one partition. No run has shown a
-duplicate or an aborted record to the read_committed monitor. Open item for the integrator.
+A copier that dies (fatal error, fenced by a newer epoch, or its stall watchdog) is restarted by the
+loop below, as Kafka's system test restarts copiers, so the run ends only when the monitor has seen
+every input record (or the deadline passes and the assertions say what is missing).
+
+This used to fail about one run in three: after a broker restart a librdkafka copier sat in
+send_offsets_to_transaction forever (AddOffsetsToTxn answered, TxnOffsetCommit never sent). The
+broker was not at fault: librdkafka 2.16 re-bootstraps when every broker is down, decommissions its
+broker handles, and keeps the dead handle as the cached group coordinator (confluentinc/librdkafka
+#5511; the call also ignores its timeout, #5456). See ``copier_worker`` for the workaround.
+Set ``COPIER_DEBUG=eos,protocol,broker,cgrp`` for librdkafka debug logs in the copier logs and a
+verbose broker log.
 """
 
 from __future__ import annotations
@@ -104,14 +110,10 @@ def _kill9(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.onceflow_only
-@pytest.mark.skipif(
-    os.environ.get("ONCEFLOW_COPIER") != "1",
-    reason="a librdkafka copier sometimes stalls in send_offsets_to_transaction after a broker restart "
-    "(see the module docstring); run with ONCEFLOW_COPIER=1",
-)
 def test_copier_workload_with_kill9_and_broker_restarts(tmp_path):
     rng = random.Random(4)
-    broker = BrokerProcess(tmp_path / "data")
+    verbose = ("--verbose",) if os.environ.get("COPIER_DEBUG") else ()
+    broker = BrokerProcess(tmp_path / "data", extra_args=verbose)
     broker.start()
     copiers: list[subprocess.Popen] = []
     monitor = None
@@ -126,15 +128,16 @@ def test_copier_workload_with_kill9_and_broker_restarts(tmp_path):
         copiers = [_start_copier(b, "input", "output", "copiers", i, tmp_path) for i in range(COPIERS)]
         deadline = time.monotonic() + 240
         chaos_until = time.monotonic() + 40
-        broker_restarts = copier_kills = 0
+        broker_restarts = copier_kills = copier_exits = 0
         while time.monotonic() < deadline and len(set(monitor.values)) < RECORDS:
             time.sleep(rng.uniform(2.0, 5.0))
             for i, proc in enumerate(copiers):  # a copier that died of a fatal error comes back
                 if proc.poll() is not None:
                     copiers[i] = _start_copier(b, "input", "output", "copiers", i, tmp_path)
+                    copier_exits += 1
             if time.monotonic() > chaos_until:
                 continue
-            if rng.random() < 0.3:
+            if broker_restarts == 0 or rng.random() < 0.3:  # at least one broker restart per run
                 broker.kill9()
                 broker.restart()
                 broker_restarts += 1
@@ -144,8 +147,11 @@ def test_copier_workload_with_kill9_and_broker_restarts(tmp_path):
                 copiers[i] = _start_copier(b, "input", "output", "copiers", i, tmp_path)
                 copier_kills += 1
         time.sleep(3)
-        print(f"copier workload: {copier_kills} copier kill -9s, {broker_restarts} broker restarts")
-        assert broker_restarts + copier_kills > 0
+        print(
+            f"copier workload: {copier_kills} copier kill -9s, {broker_restarts} broker restarts, "
+            f"{copier_exits} copiers restarted after exiting"
+        )
+        assert broker_restarts > 0 and copier_kills > 0
         monitor.stop.set()
         monitor.join(30)
         seen = monitor.values
