@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -65,7 +66,11 @@ def produce_idempotent(bootstrap: str, topic: str, records: int, payload: bytes)
         raise RuntimeError(f"idempotent produce to {bootstrap}: records left undelivered")
 
 
-def produce_transactional(bootstrap: str, topic: str, records: int, payload: bytes) -> None:
+def produce_transactional(
+    bootstrap: str, topic: str, records: int, payload: bytes, commit_seconds: list[float] | None = None
+) -> None:
+    """``commit_seconds`` collects how long each commit_transaction() took (flush of the last
+    batches, then EndTxn): the per-transaction cost that idempotent produce does not pay."""
     producer = Producer(
         {"bootstrap.servers": bootstrap, "transactional.id": f"bench-{uuid.uuid4().hex[:8]}", **PRODUCER_CONF}
     )
@@ -73,7 +78,10 @@ def produce_transactional(bootstrap: str, topic: str, records: int, payload: byt
     for first in range(0, records, RECORDS_PER_TXN):
         producer.begin_transaction()
         _send(producer, topic, payload, first, min(RECORDS_PER_TXN, records - first))
+        started = time.perf_counter()
         producer.commit_transaction(60)
+        if commit_seconds is not None:
+            commit_seconds.append(time.perf_counter() - started)
 
 
 def consume(bootstrap: str, topic: str, records: int, isolation: str) -> None:
@@ -128,22 +136,24 @@ def run_round(brokers: dict, records: int, payload: bytes, samples: dict) -> Non
         lambda: produce_idempotent(b, idem_topic, records, payload),
     )
     txn_topic = create_topic(b)
+    commits = samples.setdefault("commit_s", {}).setdefault("onceflow", [])
     timed(
         samples,
         "onceflow.produce_transactional",
         onceflow,
         records,
-        lambda: produce_transactional(b, txn_topic, records, payload),
+        lambda: produce_transactional(b, txn_topic, records, payload, commits),
     )
     if "tansu" in brokers:
         tansu = brokers["tansu"]
         t_topic = create_topic(tansu.bootstrap)
+        t_commits = samples["commit_s"].setdefault("tansu", [])
         timed(
             samples,
             "tansu.produce_transactional",
             tansu,
             records,
-            lambda: produce_transactional(tansu.bootstrap, t_topic, records, payload),
+            lambda: produce_transactional(tansu.bootstrap, t_topic, records, payload, t_commits),
         )
     timed(
         samples,
@@ -162,8 +172,17 @@ def run_round(brokers: dict, records: int, payload: bytes, samples: dict) -> Non
 
 
 def summarize(samples: dict, records: int, rounds: int, quick: bool) -> dict:
+    commit_s = samples.pop("commit_s", {})
     results = {key: round(median(s["rate"])) for key, s in samples.items()}
     cpu = {key: round(median(s["cpu"]), 2) for key, s in samples.items()}
+    commit_ms = {
+        broker: {
+            "median": round(median(times) * 1e3, 2),
+            "p90": round(sorted(times)[int(len(times) * 0.9)] * 1e3, 2),
+        }
+        for broker, times in commit_s.items()
+        if times
+    }
     ratios = {
         "onceflow transactional/idempotent": round(
             results["onceflow.produce_transactional"] / results["onceflow.produce_idempotent"], 3
@@ -182,6 +201,7 @@ def summarize(samples: dict, records: int, rounds: int, quick: bool) -> dict:
         "results": results,
         "ratios": ratios,
         "cpu_s_per_gb": cpu,
+        "commit_transaction_ms": commit_ms,
         "params": {
             "records": records,
             "record_bytes": RECORD_BYTES,
