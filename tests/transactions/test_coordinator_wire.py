@@ -252,3 +252,66 @@ def test_write_txn_markers_request_completes_a_transaction_on_the_partition(tmp_
             await client.close()
 
     run(scenario())
+
+
+def test_txn_offset_commit_is_accepted_while_the_group_completes_a_rebalance(tmp_path):
+    """KIP-447: TxnOffsetCommit v3 checks generation and member only, so a member holding the new
+    generation commits while the group is CompletingRebalance (OffsetCommit would get
+    REBALANCE_IN_PROGRESS); the zombie of the previous generation is fenced."""
+    from onceflow.broker.group.requests import JoinRequest
+    from onceflow.broker.group.state import GroupState
+
+    def join(groups, member_id: str, answers: list) -> None:
+        request = JoinRequest(
+            group_id="grp",
+            member_id=member_id,
+            group_instance_id=None,
+            client_id="c",
+            client_host="/127.0.0.1",
+            session_timeout_ms=30_000,
+            rebalance_timeout_ms=30_000,
+            protocol_type="consumer",
+            protocols=[("range", b"")],
+            require_known_member_id=False,
+        )
+        groups.join_group(request, answers.append)
+
+    async def scenario():
+        async with running_broker(tmp_path, group_initial_rebalance_delay_ms=0) as broker:
+            client = await _setup(broker)
+            groups = broker.services.groups
+            first: list = []
+            join(groups, "", first)
+            while not first:
+                await asyncio.sleep(0.01)
+            member, generation = first[0].member_id, first[0].generation_id
+            synced: list = []
+            groups.sync_group("grp", member, None, generation, {member: b""}, synced.append)
+            assert groups.group("grp").state is GroupState.STABLE
+            newcomer: list = []
+            join(groups, "", newcomer)  # PreparingRebalance until the first member rejoins
+            rejoined: list = []
+            join(groups, member, rejoined)
+            while not (rejoined and newcomer):
+                await asyncio.sleep(0.01)
+            assert groups.group("grp").state is GroupState.COMPLETING_REBALANCE
+            assert rejoined[0].generation_id == generation + 1
+
+            pid, epoch = await _init(client, "tid-r")
+            assert (await client.request(wire.add_offsets("tid-r", pid, epoch, "grp"), 3)).error_code == 0
+            stale = wire.txn_offset_commit(
+                "tid-r", "grp", pid, epoch, {(TOPIC, 0): 5}, generation=generation, member=member
+            )
+            resp = await client.request(stale, 3)
+            assert resp.topics[0].partitions[0].error_code == E.ILLEGAL_GENERATION
+            current = wire.txn_offset_commit(
+                "tid-r", "grp", pid, epoch, {(TOPIC, 0): 5}, generation=generation + 1, member=member
+            )
+            resp = await client.request(current, 3)
+            assert resp.topics[0].partitions[0].error_code == E.NONE
+            assert (await client.request(wire.end_txn("tid-r", pid, epoch, True), 3)).error_code == 0
+            after = await client.request(wire.offset_fetch("grp", TOPIC, [0], True), 7)
+            assert after.topics[0].partitions[0].committed_offset == 5
+            await client.close()
+
+    run(scenario())
