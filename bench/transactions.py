@@ -6,8 +6,10 @@ transactional produce vs Tansu's, side by side.
 A confluent-kafka producer sends N records of 1,000 bytes to one partition (acks=all, linger.ms=5,
 batch.size=1 MiB): once idempotent, once transactional with 1,000 records per transaction (begin,
 1,000 sends, commit). A confluent-kafka consumer then reads the transactional topic back with
-read_uncommitted and with read_committed. Contenders run interleaved, at least three rounds, and the
-medians are reported with the broker's CPU seconds per GB. Targets (issue 4): transactional /
+read_uncommitted and with read_committed. Contenders run interleaved in ABBA order, at least three
+rounds. Reported: the medians with the broker's CPU seconds per GB, the ratios of the medians, the
+median of each round's own ratio (steadier when the machine's load drifts), and how long
+commit_transaction() took on each broker (median, p90). Targets (issue 4): transactional /
 idempotent >= 0.95 (overhead per transaction, not per record), read_committed / read_uncommitted >=
 0.95, onceflow / Tansu transactional >= 1.0.
 """
@@ -124,51 +126,61 @@ def timed(samples: dict, key: str, broker, records: int, job) -> None:
     )
 
 
-def run_round(brokers: dict, records: int, payload: bytes, samples: dict) -> None:
+def run_round(brokers: dict, records: int, payload: bytes, samples: dict, round_no: int) -> None:
+    """One round; the contenders' order flips every round (ABBA), so that a machine getting busier
+    or quieter during the run does not favour whoever always goes first."""
     onceflow = brokers["onceflow"]
     b = onceflow.bootstrap
-    idem_topic = create_topic(b)
-    timed(
-        samples,
-        "onceflow.produce_idempotent",
-        onceflow,
-        records,
-        lambda: produce_idempotent(b, idem_topic, records, payload),
-    )
+    commits = samples.setdefault("commit_s", {})
     txn_topic = create_topic(b)
-    commits = samples.setdefault("commit_s", {}).setdefault("onceflow", [])
-    timed(
-        samples,
-        "onceflow.produce_transactional",
-        onceflow,
-        records,
-        lambda: produce_transactional(b, txn_topic, records, payload, commits),
-    )
-    if "tansu" in brokers:
+
+    def idempotent() -> None:
+        idem_topic = create_topic(b)
+        timed(
+            samples,
+            "onceflow.produce_idempotent",
+            onceflow,
+            records,
+            lambda: produce_idempotent(b, idem_topic, records, payload),
+        )
+
+    def transactional() -> None:
+        timed(
+            samples,
+            "onceflow.produce_transactional",
+            onceflow,
+            records,
+            lambda: produce_transactional(b, txn_topic, records, payload, commits.setdefault("onceflow", [])),
+        )
+
+    def tansu_transactional() -> None:
+        if "tansu" not in brokers:
+            return
         tansu = brokers["tansu"]
         t_topic = create_topic(tansu.bootstrap)
-        t_commits = samples["commit_s"].setdefault("tansu", [])
         timed(
             samples,
             "tansu.produce_transactional",
             tansu,
             records,
-            lambda: produce_transactional(tansu.bootstrap, t_topic, records, payload, t_commits),
+            lambda: produce_transactional(
+                tansu.bootstrap, t_topic, records, payload, commits.setdefault("tansu", [])
+            ),
         )
-    timed(
-        samples,
-        "onceflow.consume_read_uncommitted",
-        onceflow,
-        records,
-        lambda: consume(b, txn_topic, records, "read_uncommitted"),
-    )
-    timed(
-        samples,
-        "onceflow.consume_read_committed",
-        onceflow,
-        records,
-        lambda: consume(b, txn_topic, records, "read_committed"),
-    )
+
+    order = [idempotent, transactional, tansu_transactional]
+    for job in order if round_no % 2 else reversed(order):
+        job()
+    consumes = [("read_uncommitted", "onceflow.consume_read_uncommitted")]
+    consumes.append(("read_committed", "onceflow.consume_read_committed"))
+    for isolation, key in consumes if round_no % 2 else reversed(consumes):
+        timed(samples, key, onceflow, records, lambda iso=isolation: consume(b, txn_topic, records, iso))
+
+
+def _paired(samples: dict, numerator: str, denominator: str) -> float:
+    """Median over rounds of the ratio within each round (robust to a machine whose load drifts)."""
+    pairs = zip(samples[numerator]["rate"], samples[denominator]["rate"], strict=False)
+    return round(median([a / b for a, b in pairs]), 3)
 
 
 def summarize(samples: dict, records: int, rounds: int, quick: bool) -> dict:
@@ -195,11 +207,24 @@ def summarize(samples: dict, records: int, rounds: int, quick: bool) -> dict:
         ratios["transactional produce onceflow/tansu"] = round(
             results["onceflow.produce_transactional"] / results["tansu.produce_transactional"], 3
         )
+    paired = {
+        "onceflow transactional/idempotent": _paired(
+            samples, "onceflow.produce_transactional", "onceflow.produce_idempotent"
+        ),
+        "onceflow read_committed/read_uncommitted": _paired(
+            samples, "onceflow.consume_read_committed", "onceflow.consume_read_uncommitted"
+        ),
+    }
+    if "tansu.produce_transactional" in results:
+        paired["transactional produce onceflow/tansu"] = _paired(
+            samples, "onceflow.produce_transactional", "tansu.produce_transactional"
+        )
     return {
         "bench": "transactions",
         "unit": "records/s",
         "results": results,
         "ratios": ratios,
+        "ratios_paired_by_round": paired,
         "cpu_s_per_gb": cpu,
         "commit_transaction_ms": commit_ms,
         "params": {
@@ -233,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         samples: dict = {}
         for round_no in range(1, rounds + 1):
             progress(f"round {round_no}/{rounds}: {records:,} records of {RECORD_BYTES} bytes")
-            run_round(brokers, records, payload, samples)
+            run_round(brokers, records, payload, samples, round_no)
         result = summarize(samples, records, rounds, args.quick)
     finally:
         for broker in brokers.values():
