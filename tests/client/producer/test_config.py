@@ -78,3 +78,49 @@ def test_transactional_id_needs_idempotence():
 def test_bad_values_are_refused_by_name(settings, message):
     with pytest.raises(InvalidConfig, match=message):
         ProducerConfig(**settings)
+
+
+def test_numbers_and_booleans_given_as_strings_are_converted():
+    config = ProducerConfig.from_mapping(
+        {
+            "batch.size": "1000",
+            "linger.ms": " 20 ",
+            "enable.idempotence": "true",
+            "partitioner.ignore.keys": "TRUE",
+            "max.in.flight.requests.per.connection": "5",
+        }
+    )
+    assert config.batch_size == 1000 and type(config.batch_size) is int
+    assert config.linger_ms == 20
+    assert config.enable_idempotence is True
+    assert config.partitioner_ignore_keys is True
+    assert config.max_in_flight_requests_per_connection == 5
+
+
+def test_false_given_as_a_string_turns_idempotence_off():
+    # A non-empty string is truthy: without conversion "false" would have meant on.
+    config = ProducerConfig.from_mapping({"enable.idempotence": "false", "acks": "1"})
+    assert config.enable_idempotence is False
+    assert config.acks == 1
+
+
+def test_converted_strings_are_still_checked():
+    with pytest.raises(InvalidConfig, match="batch.size must be positive"):
+        ProducerConfig.from_mapping({"batch.size": "0"})
+    with pytest.raises(InvalidConfig, match="enable.idempotence=true is refused"):
+        ProducerConfig.from_mapping({"enable.idempotence": "true", "acks": "0"})
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"batch.size": "big"}, "batch.size='big' is not an integer"),
+        ({"linger.ms": 1.5}, "linger.ms must be an integer"),
+        ({"retries": True}, "retries must be an integer"),
+        ({"enable.idempotence": "yes"}, "enable.idempotence='yes' is not a boolean"),
+        ({"enable.idempotence": 1}, "enable.idempotence=1 is not a boolean"),
+    ],
+)
+def test_unconvertible_values_are_refused_by_name(settings, message):
+    with pytest.raises(InvalidConfig, match=message):
+        ProducerConfig.from_mapping(settings)

@@ -61,6 +61,7 @@ class ProducerConfig:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalise in place once
+        _convert_strings(self)
         set_(self, "acks", _normalise_acks(self.acks))
         for name in (
             "max_in_flight_requests_per_connection",
@@ -148,6 +149,59 @@ class ProducerConfig:
     def to_mapping(self) -> dict[str, Any]:
         """The settings under Kafka's dotted names."""
         return {_kafka_name(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+# Fields whose values may arrive as strings (properties files, Spark options, command lines): Kafka's
+# Java client parses them with ConfigDef, so "1000" means 1000 and "true" means True here too.
+_INT_FIELDS = frozenset(
+    {
+        "max_in_flight_requests_per_connection",
+        "retries",
+        "retry_backoff_ms",
+        "retry_backoff_max_ms",
+        "request_timeout_ms",
+        "delivery_timeout_ms",
+        "linger_ms",
+        "batch_size",
+        "buffer_memory",
+        "max_block_ms",
+        "max_request_size",
+        "metadata_max_age_ms",
+        "transaction_timeout_ms",
+    }
+)
+_BOOL_FIELDS = frozenset(
+    {"enable_idempotence", "partitioner_ignore_keys", "unsafe_allow_max_in_flight_above_5"}
+)
+
+
+def _convert_strings(config: ProducerConfig) -> None:
+    """Turn numeric and boolean settings given as strings into ints and bools (as ConfigDef does);
+    anything else of the wrong type is refused with the setting's Kafka name."""
+    for name in _INT_FIELDS:
+        value = getattr(config, name)
+        if type(value) is int:
+            continue
+        if isinstance(value, str):
+            try:
+                converted = int(value.strip())
+            except ValueError:
+                raise InvalidConfig(f"{_kafka_name(name)}={value!r} is not an integer") from None
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidConfig(
+                f"{_kafka_name(name)} must be an integer, not {type(value).__name__} {value!r}"
+            )
+        else:
+            converted = int(value)  # an int subclass
+        object.__setattr__(config, name, converted)
+    for name in _BOOL_FIELDS:
+        value = getattr(config, name)
+        if value is None or type(value) is bool:
+            continue
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            object.__setattr__(config, name, value.strip().lower() == "true")
+        else:
+            raise InvalidConfig(f"{_kafka_name(name)}={value!r} is not a boolean (true or false)")
 
 
 def _kafka_name(field_name: str) -> str:
