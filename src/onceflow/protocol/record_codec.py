@@ -37,8 +37,12 @@ __all__ = [
     "DecodedBatch",
     "ProducerRecord",
     "Record",
+    "RecordColumns",
     "decode_batches",
+    "decode_columns",
+    "decode_control",
     "encode_batch",
+    "split_batches",
 ]
 
 # Byte positions inside the 61-byte batch header (Kafka's DefaultRecordBatch layout).
@@ -167,8 +171,10 @@ def _compress_batch(batch: bytearray, codec: int) -> bytearray:
     return out
 
 
-def decode_batches(buf: bytes | bytearray | memoryview, *, check_crc: bool = True) -> Iterator[DecodedBatch]:
-    """Every complete batch in ``buf`` with its records, in order.
+def split_batches(
+    buf: bytes | bytearray | memoryview, *, check_crc: bool = True
+) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Every complete batch in ``buf`` as its header and its bytes, records not decoded.
 
     A trailing partial batch is ignored, as Kafka's consumers do: a fetch response may end in the
     middle of a batch. A batch that is complete but bad raises ``CorruptMessage``; a batch that is
@@ -193,11 +199,47 @@ def decode_batches(buf: bytes | bytearray | memoryview, *, check_crc: bool = Tru
         batch = view[pos : pos + size]
         if check_crc and crc32c.crc32c(batch[_ATTRIBUTES_POS:]) != header.crc:
             raise CorruptMessage(f"batch at offset {header.base_offset} fails its CRC32C check")
-        yield _decode_one(header, batch)
+        yield header, batch
         pos += size
 
 
-def _decode_one(header: BatchHeader, batch: memoryview) -> DecodedBatch:
+def decode_batches(buf: bytes | bytearray | memoryview, *, check_crc: bool = True) -> Iterator[DecodedBatch]:
+    """Every complete batch in ``buf`` with its records, in order (see :func:`split_batches`)."""
+    for header, batch in split_batches(buf, check_crc=check_crc):
+        yield _decode_one(header, batch)
+
+
+class RecordColumns(NamedTuple):
+    """The records of one batch as columns (no object per record): the fast path for readers that
+    build columnar data (Arrow). ``headers`` is None when no record of the batch has headers."""
+
+    offsets: list[int]
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[list[tuple[str, bytes | None]]] | None
+
+
+def decode_columns(header: BatchHeader, batch: memoryview) -> RecordColumns:
+    """The records of one data batch (a pair from :func:`split_batches`) as columns."""
+    records = _read_records(header, batch)
+    headers = [r.headers for r in records]
+    return RecordColumns(
+        [r.offset for r in records],
+        [r.timestamp for r in records],
+        [r.key for r in records],
+        [r.value for r in records],
+        headers if any(headers) else None,
+    )
+
+
+def decode_control(header: BatchHeader, batch: memoryview) -> ControlMarker:
+    """The transaction marker a control batch (a pair from :func:`split_batches`) carries."""
+    return _control_marker(header, _read_records(header, batch))
+
+
+def _read_records(header: BatchHeader, batch: memoryview) -> list:
+    """aiokafka's records of one batch, decompressed by us and checked against the record count."""
     codec = header.compression
     if codec != CompressionType.NONE:
         # Hand aiokafka's reader an uncompressed copy, so decompression stays ours.
@@ -209,7 +251,7 @@ def _decode_one(header: BatchHeader, batch: memoryview) -> DecodedBatch:
     else:
         raw = bytes(batch)
     try:
-        records = [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in DefaultRecordBatch(raw)]
+        records = list(DefaultRecordBatch(raw))
     except CorruptMessage:
         raise
     except Exception as exc:  # the Cython reader raises its own CorruptRecordException and friends
@@ -218,11 +260,16 @@ def _decode_one(header: BatchHeader, batch: memoryview) -> DecodedBatch:
         raise CorruptMessage(
             f"batch at offset {header.base_offset} declares {header.record_count} records, holds {len(records)}"
         )
+    return records
+
+
+def _decode_one(header: BatchHeader, batch: memoryview) -> DecodedBatch:
+    records = [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in _read_records(header, batch)]
     control = _control_marker(header, records) if header.is_control else None
     return DecodedBatch(header, records, control)
 
 
-def _control_marker(header: BatchHeader, records: list[Record]) -> ControlMarker:
+def _control_marker(header: BatchHeader, records: list) -> ControlMarker:
     if len(records) != 1 or records[0].key is None or len(records[0].key) < _CONTROL_KEY.size:
         raise InvalidRecord(f"control batch at offset {header.base_offset} must hold one control record")
     _version, marker_type = _CONTROL_KEY.unpack_from(records[0].key)

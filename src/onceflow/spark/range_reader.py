@@ -1,22 +1,27 @@
 """Read one partition's offset range ``[from, until)`` as Arrow record batches (runs in executors).
 
 Each Fetch response becomes one ``pyarrow.RecordBatch`` in the source's schema, built column by
-column: Spark takes Arrow batches from a Python source without converting rows one by one, which is
-about twice as fast as yielding tuples. With ``read_committed`` the records of aborted transactions
-are dropped by the client's filter, and control batches (markers) never appear; both still consume
-offsets, so a range can hold fewer rows than offsets.
+column straight from the record batches, with no object per record (about 2x faster than decoding
+``Record`` tuples first). Spark takes Arrow batches from a Python source without converting rows one
+by one, which is about twice as fast as yielding tuples. With ``read_committed`` the records of
+aborted transactions are dropped (the same rule as ``client.fetch_records``, applied per batch), and
+control batches (markers) never appear; both still consume offsets, so a range can hold fewer rows
+than offsets.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
+from bisect import bisect_left
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from onceflow.client.fetch_records import filter_batches
+from onceflow.client.fetch_records import READ_COMMITTED
 from onceflow.protocol.errors import ErrorCode, KafkaError
-from onceflow.protocol.record_codec import decode_batches
+from onceflow.protocol.record_codec import RecordColumns, decode_columns, decode_control, split_batches
 from onceflow.spark.cluster import BlockingCluster
 from onceflow.spark.offsets import OffsetRange
 from onceflow.spark.options import EARLIEST
@@ -46,49 +51,121 @@ MAX_EMPTY_FETCHES = 20  # fetches in a row that bring nothing although the range
 FETCH_MAX_WAIT_MS = 500
 
 
-def records_to_arrow(topic: str, partition: int, records, ts_types) -> pa.RecordBatch:
-    """Build one batch from decoded records (in offset order) and their batches' timestamp types."""
-    n = len(records)
-    # Record is a NamedTuple (offset, timestamp, key, value, headers): transpose in C, not per field.
-    offsets, timestamps, keys, values, headers = zip(*records, strict=True)
-    distinct_types = {t for _last, t in ts_types}
-    if len(distinct_types) == 1:
-        types = [distinct_types.pop()] * n
-    else:
-        types, batch_index = [], 0
-        for offset in offsets:
-            while ts_types[batch_index][0] < offset:
-                batch_index += 1
-            types.append(ts_types[batch_index][1])
-    header_offsets = [0]
-    header_keys: list[str] = []
-    header_values: list[bytes | None] = []
-    if any(headers):
-        for record_headers in headers:
-            for hkey, hvalue in record_headers:
-                header_keys.append(hkey)
-                header_values.append(hvalue)
-            header_offsets.append(len(header_keys))
-    else:
-        header_offsets *= n + 1
-    header_structs = pa.StructArray.from_arrays(
-        [pa.array(header_keys, pa.string()), pa.array(header_values, pa.binary())],
-        fields=list(HEADER_TYPE),
-    )
-    micros = [t * 1000 for t in timestamps]
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array([topic] * n, pa.string()),
-            pa.array([partition] * n, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(micros, pa.timestamp("us", tz="UTC")),
-            pa.array(types, pa.int32()),
-            pa.ListArray.from_arrays(pa.array(header_offsets, pa.int32()), header_structs),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+class _Columns:
+    """The visible records of one fetch, gathered batch by batch into column lists."""
+
+    __slots__ = ("offsets", "timestamps", "keys", "values", "headers", "types", "has_headers")
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.headers: list[list] = []
+        self.types: list[int] = []
+        self.has_headers = False
+
+    def add(self, columns: RecordColumns, timestamp_type: int, low: int, high: int) -> None:
+        """Add the records with ``low <= offset < high`` (offsets increase within a batch)."""
+        offsets = columns.offsets
+        start, stop = 0, len(offsets)
+        if offsets and (offsets[0] < low or offsets[-1] >= high):
+            start = bisect_left(offsets, low)
+            stop = bisect_left(offsets, high)
+        if start >= stop:
+            return
+        whole = start == 0 and stop == len(offsets)
+        count = stop - start
+        self.offsets += offsets if whole else offsets[start:stop]
+        self.timestamps += columns.timestamps if whole else columns.timestamps[start:stop]
+        self.keys += columns.keys if whole else columns.keys[start:stop]
+        self.values += columns.values if whole else columns.values[start:stop]
+        self.types += [timestamp_type] * count
+        if columns.headers is not None:
+            if not self.has_headers:
+                self.headers = [[] for _ in range(len(self.offsets) - count)]
+                self.has_headers = True
+            self.headers += columns.headers[start:stop]
+        elif self.has_headers:
+            self.headers += [[] for _ in range(count)]
+
+    def to_arrow(self, topic: str, partition: int) -> pa.RecordBatch:
+        n = len(self.offsets)
+        header_offsets = [0]
+        header_keys: list[str] = []
+        header_values: list[bytes | None] = []
+        if self.has_headers:
+            for record_headers in self.headers:
+                for hkey, hvalue in record_headers:
+                    header_keys.append(hkey)
+                    header_values.append(hvalue)
+                header_offsets.append(len(header_keys))
+        else:
+            header_offsets *= n + 1
+        header_structs = pa.StructArray.from_arrays(
+            [pa.array(header_keys, pa.string()), pa.array(header_values, pa.binary())],
+            fields=list(HEADER_TYPE),
+        )
+        # Kafka timestamps are milliseconds; Arrow's column is microseconds: scale in C.
+        millis = pa.array(self.timestamps, pa.int64())
+        micros = pc.multiply(millis, pa.scalar(1000, pa.int64())).cast(pa.timestamp("us", tz="UTC"))
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.keys, pa.binary()),
+                pa.array(self.values, pa.binary()),
+                pa.repeat(pa.scalar(topic, pa.string()), n),
+                pa.repeat(pa.scalar(partition, pa.int32()), n),
+                pa.array(self.offsets, pa.int64()),
+                micros,
+                pa.array(self.types, pa.int32()),
+                pa.ListArray.from_arrays(pa.array(header_offsets, pa.int32()), header_structs),
+            ],
+            schema=ARROW_SCHEMA,
+        )
+
+
+def fetch_to_arrow(
+    topic: str,
+    partition: int,
+    data: bytes,
+    *,
+    position: int,
+    until: int,
+    isolation_level: int,
+    aborted_transactions=(),
+) -> tuple[pa.RecordBatch | None, int]:
+    """The visible records of one fetched partition with ``position <= offset < until`` as one Arrow
+    batch (None when there are none), and the offset after the last complete batch in ``data``.
+
+    Records are decoded straight into columns, batch by batch; batches are dropped whole, as
+    Kafka's read_committed consumers drop them: control batches, and the transactional batches of a
+    producer from the first offset of its aborted transaction (listed in the fetch response) until
+    its abort marker.
+    """
+    pending = [(first_offset, producer_id) for producer_id, first_offset in aborted_transactions]
+    heapq.heapify(pending)
+    aborted_producers: set[int] = set()
+    read_committed = isolation_level == READ_COMMITTED
+    columns = _Columns()
+    next_position = position
+    for header, batch in split_batches(data):
+        last_offset = header.last_offset
+        next_position = last_offset + 1
+        if read_committed and header.producer_id >= 0:
+            while pending and pending[0][0] <= last_offset:
+                aborted_producers.add(heapq.heappop(pending)[1])
+            if header.is_control:
+                if not decode_control(header, batch).commit:
+                    aborted_producers.discard(header.producer_id)
+                continue
+            if header.is_transactional and header.producer_id in aborted_producers:
+                continue
+        if header.is_control or last_offset < position or header.base_offset >= until:
+            continue
+        columns.add(decode_columns(header, batch), header.timestamp_type, position, until)
+    if not columns.offsets:
+        return None, next_position
+    return columns.to_arrow(topic, partition), next_position
 
 
 def read_range(
@@ -126,23 +203,20 @@ def read_range(
                 )
             continue
         empty_fetches = 0
-        batches = list(decode_batches(data))
-        records = list(
-            filter_batches(
-                batches,
-                fetch_offset=position,
-                isolation_level=isolation_level,
-                aborted_transactions=fetched.aborted_transactions,
-            )
+        batch, next_position = fetch_to_arrow(
+            topic,
+            partition,
+            data,
+            position=position,
+            until=until,
+            isolation_level=isolation_level,
+            aborted_transactions=fetched.aborted_transactions,
         )
-        next_position = batches[-1].header.last_offset + 1 if batches else position
         if next_position <= position:
             raise KafkaError(
                 f"{topic}-{partition}: fetch at {position} made no progress", ErrorCode.CORRUPT_MESSAGE
             )
-        in_range = [r for r in records if r.offset < until] if next_position > until else records
-        if in_range:
-            ts_types = [(b.header.last_offset, b.header.timestamp_type) for b in batches]
-            yield records_to_arrow(topic, partition, in_range, ts_types)
+        if batch is not None:
+            yield batch
         position = next_position
     log.debug("read %s-%d [%d, %d)", topic, partition, offset_range.from_offset, until)
