@@ -20,6 +20,7 @@ from onceflow.client.producer.batch import ProducerBatch, RecordFuture
 from onceflow.client.producer.errors import BufferExhaustedError
 
 _BATCH_OVERHEAD = 61 + 8  # header plus a little slack for the size estimate of one record
+_NO_HEADERS: list = []  # shared: the batch builder only reads it
 
 
 class BufferMemory:
@@ -146,6 +147,75 @@ class RecordAccumulator:
         if self._on_new_batch is not None:
             self._on_new_batch()
         return RecordFuture(batch, index)
+
+    def append_many(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        keys,
+        values,
+        headers,
+        indices,
+        start: int,
+        touched: list[RecordFuture],
+    ) -> tuple[int, int]:
+        """Append the records ``indices[start:]`` (positions in ``keys``/``values``/``headers``; keys
+        and headers may be None) to one partition, in order, filling batch after batch.
+
+        For each batch that received records, one :class:`RecordFuture` (of its last record) goes
+        to ``touched``. Returns ``(position reached in indices, 0)`` when all went in, or ``(position,
+        bytes)`` when a new batch needs memory that is not free: wait for it, then call again from
+        there. The lock is taken per batch, so the sender can take full batches meanwhile.
+        """
+        tp = (topic, partition)
+        total = len(indices)
+        pos = start
+        while pos < total:
+            wake = False
+            with self._lock:
+                queue = self._queues.get(tp)
+                if queue is None:
+                    queue = self._queues[tp] = deque()
+                last = queue[-1] if queue else None
+                if last is None or last.full or last.builder is None:
+                    j = indices[pos]
+                    key = keys[j] if keys is not None else None
+                    record_headers = headers[j] if headers is not None and headers[j] else _NO_HEADERS
+                    need = max(self.batch_size, _record_estimate(key, values[j], record_headers))
+                    if not self.memory.try_reserve(need):
+                        return pos, need
+                    builder = DefaultRecordBatchBuilder(2, 0, self.transactional, -1, -1, -1, self.batch_size)
+                    last = ProducerBatch(topic, partition, builder, time.monotonic(), need)
+                    queue.append(last)
+                    self.batches_created += 1
+                    wake = True
+                append = last.builder.append
+                timestamps = last.timestamps
+                first = index = len(timestamps)
+                while pos < total:
+                    j = indices[pos]
+                    if (
+                        append(
+                            index,
+                            timestamp,
+                            keys[j] if keys is not None else None,
+                            values[j],
+                            headers[j] if headers is not None and headers[j] else _NO_HEADERS,
+                        )
+                        is None
+                    ):
+                        last.full = True
+                        wake = True  # it just filled: ready to send
+                        break
+                    index += 1
+                    pos += 1
+                if index > first:
+                    timestamps.extend([timestamp] * (index - first))
+                    touched.append(RecordFuture(last, index - 1))
+            if wake and self._on_new_batch is not None:
+                self._on_new_batch()
+        return pos, 0
 
     # -- sender's loop ----------------------------------------------------------------------------
 

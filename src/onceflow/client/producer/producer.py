@@ -25,7 +25,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from onceflow.client.producer.errors import (
 )
 from onceflow.client.producer.faults import ClientFaults
 from onceflow.client.producer.network import ProducerNetwork
-from onceflow.client.producer.partitioners import partitioner_for
+from onceflow.client.producer.partitioners import DefaultPartitioner, partitioner_for
 from onceflow.client.producer.sender import Sender
 from onceflow.client.producer.transaction_manager import TransactionManager, TxnEvent, TxnState
 from onceflow.protocol.errors import KafkaError
@@ -241,6 +241,116 @@ class AsyncProducer:
                 txn.maybe_add_partition((topic, partition))
                 self._wake_sender()
         return result
+
+    async def send_many(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[list[tuple[str, bytes | None]] | None] | None = None,
+    ) -> list[RecordFuture]:
+        """Queue many records of one topic in one call (``keys``/``headers``: None or one per value).
+
+        Records go to partitions as ``send`` would place them, in order within each partition, but the
+        batch builder is fed in a loop with no per-record future: the result holds one
+        :class:`RecordFuture` per batch used (for its last record). Await them all, or ``flush()`` and
+        call ``result()`` on each, to learn whether every record was written.
+        """
+        if not self._started:
+            await self.start()
+        count = self._network.partition_counts.get(topic)
+        if count is None:
+            count = await self._network.wait_for_topic(topic, self._block_deadline())
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        futures: list[RecordFuture] = []
+        for part, indices in self._plan_many(topic, values, keys, partition, count):
+            position = 0
+            while True:
+                position, need = self._append_group(
+                    topic, part, timestamp, keys, values, headers, indices, position, futures
+                )
+                await asyncio.sleep(0)  # let the sender put full batches on the wire
+                if not need:
+                    break
+                await self._accumulator.memory.wait_async(need, self._block_deadline())
+        return futures
+
+    def _plan_many(self, topic, values, keys, partition, count) -> list[tuple[int, Sequence[int]]]:
+        """Which partition each record goes to, as ``[(partition, indices in order)]``."""
+        n = len(values)
+        if keys is not None and len(keys) != n:
+            raise ValueError(f"send_many: {len(keys)} keys for {n} values")
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise KafkaError(f"partition {partition} of {topic!r} does not exist (it has {count})", 3)
+            return [(partition, range(n))]
+        partitioner = self._partitioner
+        chosen: list[int]
+        if isinstance(partitioner, DefaultPartitioner) and (keys is None or partitioner.ignore_keys):
+            return self._sticky_chunks(topic, values, keys, count)
+        if isinstance(partitioner, DefaultPartitioner):
+            # murmur2 of a key is the same every time: hash each distinct key once.
+            by_key: dict[bytes, int] = {}
+            chosen = []
+            for key in keys:
+                if key is None:
+                    part = partitioner.sticky.partition(topic, None, count)
+                    value = values[len(chosen)]
+                    partitioner.sticky.record_appended(topic, part, len(value) if value else 0)
+                    chosen.append(part)
+                    continue
+                part = by_key.get(key)
+                if part is None:
+                    part = by_key[key] = partitioner.partition(topic, key, count)
+                chosen.append(part)
+        else:
+            chosen = [partitioner.partition(topic, None, count) for _ in range(n)]
+        groups: dict[int, list[int]] = {}
+        for index, part in enumerate(chosen):
+            group = groups.get(part)
+            if group is None:
+                group = groups[part] = []
+            group.append(index)
+        return list(groups.items())
+
+    def _sticky_chunks(self, topic, values, keys, count) -> list[tuple[int, Sequence[int]]]:
+        """Keyless placement: stay on the sticky partition for a batch's worth of bytes, then let the
+        partitioner move on, as per-record sends would (KIP-794)."""
+        sticky = self._partitioner.sticky
+        limit = sticky.batch_size
+        chunks: list[tuple[int, Sequence[int]]] = []
+        start, n = 0, len(values)
+        while start < n:
+            part = sticky.partition(topic, None, count)
+            size, end = 0, start
+            while end < n and size < limit:
+                value = values[end]
+                size += len(value) if value else 0
+                if keys is not None and keys[end]:
+                    size += len(keys[end])
+                end += 1
+            sticky.record_appended(topic, part, size)
+            chunks.append((part, range(start, end)))
+            start = end
+        return chunks
+
+    def _append_group(self, topic, part, timestamp, keys, values, headers, indices, start, futures):
+        """Append one partition's records from ``start``; ``(position, bytes to wait for or 0)``."""
+        if self._closed:
+            raise ProducerClosedError("send_many() after close()")
+        txn = self.txn
+        if txn.transactional_id is not None:
+            txn.check_can_send()
+        position, need = self._accumulator.append_many(
+            topic, part, timestamp, keys, values, headers, indices, start, futures
+        )
+        if position > start and txn.transactional_id is not None and (topic, part) not in txn.added:
+            txn.maybe_add_partition((topic, part))
+            self._wake_sender()
+        return position, need
 
     def _block_deadline(self) -> float:
         return time.monotonic() + self.config.max_block_ms / 1000.0

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from onceflow.client.producer.batch import RecordFuture, RecordMetadata
@@ -111,6 +112,37 @@ class Producer:
         if callback is not None:
             result.add_done_callback(callback)
         return result
+
+    def send_many(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[list[tuple[str, bytes | None]] | None] | None = None,
+    ) -> list[RecordFuture]:
+        """Queue many records of one topic in one call: ``send`` without a future per record (see
+        :meth:`AsyncProducer.send_many`). Returns one :class:`RecordFuture` per batch used; after
+        ``flush()``, ``result()`` on each raises the error of a batch that failed. Blocks only for a
+        new topic's metadata or a full buffer.memory (up to max.block.ms)."""
+        producer = self._async
+        count = producer._network.partition_counts.get(topic)
+        if count is None:
+            count = len(self.partitions_for(topic))
+        timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        futures: list[RecordFuture] = []
+        for part, indices in producer._plan_many(topic, values, keys, partition, count):
+            position = 0
+            while True:
+                position, need = producer._append_group(
+                    topic, part, timestamp, keys, values, headers, indices, position, futures
+                )
+                if not need:
+                    break
+                producer._accumulator.memory.wait_sync(need, producer._block_deadline())
+        return futures
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait until each record is acknowledged or failed."""
