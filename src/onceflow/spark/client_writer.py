@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from onceflow.client import Consumer, Producer
-from onceflow.spark.exactly_once import OutputRecord, decode_marker
+from onceflow.spark.exactly_once import OutputChunk, OutputRecord, decode_marker
 from onceflow.spark.options import SinkOptions, producer_settings
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,10 @@ class ClientTransactionalWriter:
             partition=record.partition,
             headers=record.headers or None,
         )
+
+    def send_chunk(self, chunk: OutputChunk) -> None:
+        # Failed batches fail the transaction: commit_transaction raises, so no futures are kept.
+        self._producer.send_many(chunk.topic, chunk.values, chunk.keys, headers=chunk.headers)
 
     def send_offsets(self, batch_id: int) -> None:
         self._producer.send_offsets_to_transaction(

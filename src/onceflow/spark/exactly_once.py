@@ -29,6 +29,7 @@ from typing import NamedTuple, Protocol
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "OutputChunk",
     "OutputRecord",
     "TaskOutcome",
     "TransactionalWriter",
@@ -45,6 +46,16 @@ class OutputRecord(NamedTuple):
     value: bytes | None
     headers: list[tuple[str, bytes | None]] | tuple = ()
     partition: int | None = None
+
+
+class OutputChunk(NamedTuple):
+    """Many records for one topic as columns (``keys``/``headers``: None or one entry per value);
+    partitions are chosen by the producer's partitioner, as for an :class:`OutputRecord` without one."""
+
+    topic: str
+    keys: list[bytes | None] | None
+    values: list[bytes | None]
+    headers: list[list[tuple[str, bytes | None]] | None] | None = None
 
 
 class TaskOutcome(NamedTuple):
@@ -88,6 +99,10 @@ class TransactionalWriter(Protocol):
     def send(self, record: OutputRecord) -> None:
         """Queue one record in the open transaction (may send in the background)."""
 
+    def send_chunk(self, chunk: OutputChunk) -> None:
+        """Queue a chunk's records in the open transaction (optional: without it the records of a
+        chunk go through ``send`` one by one)."""
+
     def send_offsets(self, batch_id: int) -> None:
         """``send_offsets_to_transaction`` with the marker for ``batch_id``."""
 
@@ -100,7 +115,7 @@ class TransactionalWriter(Protocol):
 
 
 def write_exactly_once(
-    writer: TransactionalWriter, batch_id: int, records: Iterable[OutputRecord]
+    writer: TransactionalWriter, batch_id: int, records: Iterable[OutputRecord | OutputChunk]
 ) -> TaskOutcome:
     """Write one task's part of batch ``batch_id`` once, whatever happened to earlier attempts."""
     writer.init()
@@ -111,7 +126,16 @@ def write_exactly_once(
     writer.begin()
     count = 0
     try:
+        send_chunk = getattr(writer, "send_chunk", None)
         for record in records:
+            if type(record) is OutputChunk:
+                if send_chunk is not None:
+                    send_chunk(record)
+                else:
+                    for item in _chunk_records(record):
+                        writer.send(item)
+                count += len(record.values)
+                continue
             writer.send(record)
             count += 1
         writer.send_offsets(batch_id)
@@ -123,3 +147,10 @@ def write_exactly_once(
             log.debug("abort after a failed write failed too", exc_info=True)
         raise
     return TaskOutcome(count, skipped=False)
+
+
+def _chunk_records(chunk: OutputChunk) -> list[OutputRecord]:
+    n = len(chunk.values)
+    keys = chunk.keys if chunk.keys is not None else [None] * n
+    headers = chunk.headers if chunk.headers is not None else [None] * n
+    return [OutputRecord(chunk.topic, keys[i], chunk.values[i], headers[i] or ()) for i in range(n)]

@@ -26,12 +26,18 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from onceflow.spark import faults
-from onceflow.spark.exactly_once import OutputRecord, TaskOutcome, transactional_id_for, write_exactly_once
+from onceflow.spark.exactly_once import (
+    OutputChunk,
+    OutputRecord,
+    TaskOutcome,
+    transactional_id_for,
+    write_exactly_once,
+)
 from onceflow.spark.options import AT_LEAST_ONCE, SinkOptions, producer_settings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OnceflowStreamWriter", "SinkCommitMessage", "SinkIncomplete", "output_records"]
+__all__ = ["OnceflowStreamWriter", "SinkCommitMessage", "SinkIncomplete", "output_items", "output_records"]
 
 
 class SinkIncomplete(RuntimeError):
@@ -81,7 +87,38 @@ def output_records(batch: pa.RecordBatch, topic_option: str | None) -> Iterator[
         yield OutputRecord(topics[i], keys[i], values[i], headers[i], partitions[i])
 
 
-def _produce_at_least_once(options: SinkOptions, records: Iterable[OutputRecord]) -> int:
+def output_items(batch: pa.RecordBatch, topic_option: str | None) -> Iterator[OutputRecord | OutputChunk]:
+    """What one Arrow batch asks the sink to write: one :class:`OutputChunk` (columns, no object per
+    row) when every row goes to the same topic and no ``partition`` column places rows; otherwise
+    the rows as :class:`OutputRecord`, in row order."""
+    names = set(batch.schema.names)
+    if "value" not in names:
+        raise ValueError('the sink needs a "value" column (binary or string); alias one with .alias("value")')
+    if batch.num_rows == 0:
+        return
+    topic = topic_option
+    if topic is None and "topic" in names:
+        topics = batch.column("topic")
+        if topics.null_count == 0 and len(pc.unique(topics)) == 1:
+            topic = topics[0].as_py()
+    if topic is None or "partition" in names:
+        yield from output_records(batch, topic_option)
+        return
+    headers = None
+    if "headers" in names and batch.column("headers").null_count < batch.num_rows:
+        headers = [
+            [(h["key"], h["value"]) for h in row] if row else None
+            for row in batch.column("headers").to_pylist()
+        ]
+    yield OutputChunk(
+        topic,
+        _as_binary(batch.column("key")) if "key" in names else None,
+        _as_binary(batch.column("value")),
+        headers,
+    )
+
+
+def _produce_at_least_once(options: SinkOptions, records: Iterable[OutputRecord | OutputChunk]) -> int:
     """Plain produce, like Spark's Kafka sink: the idempotent producer (no duplicates from its own
     retries) without a transaction, so a replayed batch or a retried task writes its records again."""
     from onceflow.client import Producer
@@ -96,7 +133,14 @@ def _produce_at_least_once(options: SinkOptions, records: Iterable[OutputRecord]
     count = 0
     producer = Producer({**settings, "bootstrap.servers": options.bootstrap, "client.id": options.client_id})
     try:
+        batch_futures = []
         for record in records:
+            if type(record) is OutputChunk:
+                batch_futures += producer.send_many(
+                    record.topic, record.values, record.keys, headers=record.headers
+                )
+                count += len(record.values)
+                continue
             producer.send(
                 record.topic,
                 record.value,
@@ -109,6 +153,8 @@ def _produce_at_least_once(options: SinkOptions, records: Iterable[OutputRecord]
         producer.flush()
         if failures:
             raise failures[0]
+        for future in batch_futures:
+            future.result()  # raises the error of a batch that failed
     finally:
         producer.close()
     return count
@@ -135,7 +181,7 @@ class OnceflowStreamWriter(DataSourceStreamArrowWriter):
         context = TaskContext.get()
         batch_id = int(context.getLocalProperty("streaming.sql.batchId") or -1)
         partition_id = context.partitionId()
-        records = (r for batch in iterator for r in output_records(batch, self.options.topic))
+        records = (r for batch in iterator for r in output_items(batch, self.options.topic))
         if self.options.guarantee == AT_LEAST_ONCE:
             outcome = TaskOutcome(_produce_at_least_once(self.options, records), skipped=False)
         else:
