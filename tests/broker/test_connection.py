@@ -112,3 +112,65 @@ def test_flexible_header_tagged_fields_are_skipped():
     event = conn.next_event()
     assert isinstance(event, RequestReceived)
     assert event.request.client_software_name == "x"
+
+
+def _big_metadata_frame(correlation_id: int, topics: int) -> bytes:
+    request = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=f"topic-{i:05d}") for i in range(topics)],
+        allow_auto_topic_creation=False,
+    )
+    return frame(request, 8, correlation_id)
+
+
+def _read_like_a_socket(conn: Connection, data: bytes, chunk: int) -> list:
+    """Feed ``data`` through get_buffer/buffer_updated at most ``chunk`` bytes per read, draining
+    events after each read as the broker's protocol does."""
+    events = []
+    pos = 0
+    while pos < len(data):
+        target = conn.get_buffer(-1)
+        assert len(target) > 0
+        count = min(len(target), chunk, len(data) - pos)
+        target[:count] = data[pos : pos + count]
+        conn.buffer_updated(count)
+        pos += count
+        while (event := conn.next_event()) is not NEED_DATA:
+            events.append(event)
+    return events
+
+
+def test_a_frame_bigger_than_the_receive_buffer_is_read_into_its_own_buffer():
+    big = _big_metadata_frame(1, 3000)  # ~36 KB, more than the 4 KB receive buffer below
+    small = metadata_frame(2)
+    conn = Connection(SUPPORTED, max_request_bytes=1 << 20, receive_buffer_bytes=4096)
+    first = conn.get_buffer(-1)
+    first[:100] = big[:100]
+    conn.buffer_updated(100)
+    assert conn.next_event() is NEED_DATA
+    # The rest of the frame goes straight into a buffer of exactly its size, never past its end.
+    assert len(conn.get_buffer(-1)) == len(big) - 100
+    events = _read_like_a_socket(conn, big[100:] + small + small, chunk=1500)
+    assert [e.header.correlation_id for e in events] == [1, 2, 2]
+    assert len(events[0].request.topics) == 3000
+    assert events[0].size == len(big) - 4
+    assert conn.buffered_bytes == 0
+
+
+def test_pipelined_frames_of_mixed_sizes_survive_any_read_size():
+    frames = [_big_metadata_frame(i, 500 * (i % 3)) if i % 2 else metadata_frame(i) for i in range(1, 13)]
+    data = b"".join(frames)
+    for chunk in (1, 7, 1000, 5000, len(data)):
+        conn = Connection(SUPPORTED, max_request_bytes=1 << 20, receive_buffer_bytes=4096)
+        events = _read_like_a_socket(conn, data, chunk)
+        assert [e.header.correlation_id for e in events] == list(range(1, 13)), chunk
+        assert conn.buffered_bytes == 0
+
+
+def test_many_frames_fed_at_once_grow_the_receive_buffer():
+    data = b"".join(metadata_frame(i) for i in range(1, 301))
+    conn = Connection(SUPPORTED, max_request_bytes=1000, receive_buffer_bytes=1024)
+    conn.receive_data(data)  # no next_event between reads: the buffer must grow, not overflow
+    ids = []
+    while (event := conn.next_event()) is not NEED_DATA:
+        ids.append(event.header.correlation_id)
+    assert ids == list(range(1, 301))

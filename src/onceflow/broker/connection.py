@@ -11,6 +11,14 @@ Events:
   unknown API key, unsupported version, undecodable header or body). Kafka closes the connection in
   all these cases (it cannot answer a request it cannot parse); so do we. Once broken, a connection
   keeps returning the same event.
+
+Buffers (the produce path's copies): bytes are read straight into the connection's buffers through
+``get_buffer``/``buffer_updated`` (asyncio's ``BufferedProtocol`` shape). Small frames land in one
+reusable receive buffer and are copied out whole; a frame that is still incomplete once its size is
+known gets a buffer of exactly its size, and the rest of it is read straight into that buffer. So a
+1 MB Produce request crosses from the kernel into the one ``bytearray`` that its handler and the log
+then use, without the stream-reader and join copies. Every frame handed out is a fresh ``bytearray``
+that no later read touches, so handlers may keep views of it and patch it in place.
 """
 
 from __future__ import annotations
@@ -28,6 +36,9 @@ log = logging.getLogger(__name__)
 
 API_VERSIONS_KEY = 18
 _SIZE = struct.Struct(">i")
+# The reusable receive buffer: one read takes up to this much of small pipelined requests.
+RECEIVE_BUFFER_BYTES = 256 * 1024
+_MIN_FREE_BYTES = 16 * 1024
 
 
 class _NeedData:
@@ -72,44 +83,109 @@ Event = RequestReceived | UnsupportedApiVersionsRequest | ConnectionBroken
 class Connection:
     """Frames and decodes the requests of one connection; knows nothing about responses."""
 
-    def __init__(self, supported: Mapping[int, SupportedApi], *, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        supported: Mapping[int, SupportedApi],
+        *,
+        max_request_bytes: int,
+        receive_buffer_bytes: int = RECEIVE_BUFFER_BYTES,
+    ) -> None:
         self._supported = supported
         self._max_request_bytes = max_request_bytes
-        self._buffer = bytearray()
+        # Unparsed bytes are _buffer[_start:_end]; reads land at _end.
+        self._buffer = bytearray(receive_buffer_bytes)
+        self._start = 0
+        self._end = 0
+        # A frame bigger than what was buffered when its size was read: filled in place up to _filled.
+        self._frame: bytearray | None = None
+        self._filled = 0
         self._broken: ConnectionBroken | None = None
 
     @property
     def buffered_bytes(self) -> int:
-        return len(self._buffer)
+        """Bytes received and not yet handed out as events."""
+        return self._end - self._start + (self._filled if self._frame is not None else 0)
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next read should land (``BufferedProtocol.get_buffer``): the rest of the frame
+        being filled, or free space in the receive buffer. Never empty."""
+        if self._filling_frame():
+            return memoryview(self._frame)[self._filled :]
+        unread = self._end - self._start
+        if self._start and len(self._buffer) - self._end < _MIN_FREE_BYTES:
+            # Move the unread tail to the front; equal-length slice assignment never resizes, so
+            # views an event loop still holds stay valid.
+            self._buffer[:unread] = self._buffer[self._start : self._end]
+            self._start, self._end = 0, unread
+        if len(self._buffer) - self._end < _MIN_FREE_BYTES:
+            # Only when events were not drained between reads (tests feeding many frames at once).
+            grown = bytearray(max(2 * len(self._buffer), unread + _MIN_FREE_BYTES))
+            grown[:unread] = self._buffer[self._start : self._end]
+            self._buffer, self._start, self._end = grown, 0, unread
+        return memoryview(self._buffer)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` were written at the start of the last ``get_buffer`` view."""
+        if self._broken is not None:
+            return
+        if self._filling_frame():
+            self._filled += nbytes
+        else:
+            self._end += nbytes
+
+    def _filling_frame(self) -> bool:
+        # A complete frame waiting for next_event takes no more bytes: later ones are later frames.
+        return self._frame is not None and self._filled < len(self._frame)
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        if self._broken is None:
-            self._buffer += data
+        """Feed bytes that were read elsewhere (tests, or a loop without buffered reads)."""
+        view = memoryview(data).cast("B")
+        while view and self._broken is None:
+            target = self.get_buffer(len(view))
+            count = min(len(target), len(view))
+            target[:count] = view[:count]
+            self.buffer_updated(count)
+            view = view[count:]
 
     def next_event(self) -> Event | _NeedData:
         if self._broken is not None:
             return self._broken
-        if len(self._buffer) < _SIZE.size:
+        if self._frame is not None:
+            if self._filled < len(self._frame):
+                return NEED_DATA
+            frame, self._frame = self._frame, None
+            return self._decode(frame)
+        unread = self._end - self._start
+        if unread < _SIZE.size:
             return NEED_DATA
-        (size,) = _SIZE.unpack_from(self._buffer, 0)
+        (size,) = _SIZE.unpack_from(self._buffer, self._start)
         if size <= 0 or size > self._max_request_bytes:
             # Checked before buffering the frame, so an oversized frame never fills memory.
             return self._break(
                 f"request size {size} is outside 1..{self._max_request_bytes} (socket.request.max.bytes)"
             )
-        end = _SIZE.size + size
-        if len(self._buffer) < end:
-            return NEED_DATA
-        frame = bytes(memoryview(self._buffer)[_SIZE.size : end])
-        del self._buffer[:end]  # bytearray drops a prefix without moving the rest
-        return self._decode(frame)
+        body_start = self._start + _SIZE.size
+        available = self._end - body_start
+        if available >= size:
+            frame = self._buffer[body_start : body_start + size]  # a copy the next reads cannot touch
+            self._start = body_start + size
+            if self._start == self._end:
+                self._start = self._end = 0
+            return self._decode(frame)
+        # Incomplete: give it a buffer of its own and read the rest straight into it.
+        self._frame = bytearray(size)
+        self._frame[:available] = self._buffer[body_start : self._end]
+        self._filled = available
+        self._start = self._end = 0
+        return NEED_DATA
 
     def _break(self, reason: str) -> ConnectionBroken:
         self._broken = ConnectionBroken(reason)
-        self._buffer.clear()
+        self._frame = None
+        self._start = self._end = 0
         return self._broken
 
-    def _decode(self, frame: bytes) -> Event:
+    def _decode(self, frame: bytearray) -> Event:
         try:
             api_key, api_version, correlation_id = apis.peek_request_header(frame)
         except InvalidRequest as exc:

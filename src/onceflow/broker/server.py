@@ -1,13 +1,14 @@
 """The asyncio broker: accepts connections, frames requests, dispatches them to handlers, answers in order.
 
-Per connection, a reader loop feeds bytes to the sans-IO ``Connection`` and starts one task per
-request; a writer task awaits those tasks in request order and writes their responses, so a
-long-polling Fetch never delays other connections, and responses on one connection keep request
-order (Kafka's contract). Tasks start in the order they were created, and handlers that change state
-(Produce) do so before their first ``await``, so appends also happen in request order.
+Each accepted connection is a ``client_protocol.ClientProtocol``: it reads straight into the sans-IO
+``Connection`` and starts one task per request, which runs ``Broker._dispatch``; answers are written
+in request order as the tasks finish, so a long-polling Fetch never delays other connections, and
+responses on one connection keep request order (Kafka's contract). Tasks start in the order they
+were created, and handlers that change state (Produce) do so before their first ``await``, so appends
+also happen in request order.
 
-A handler returning ``None`` sends no response (acks=0 produce, dropped-response fault): the writer
-skips it and later responses still go out in order.
+A handler returning ``None`` sends no response (acks=0 produce, dropped-response fault): later
+responses still go out in order.
 """
 
 from __future__ import annotations
@@ -20,19 +21,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from onceflow.broker.client_protocol import ClientProtocol
 from onceflow.broker.config import BrokerConfig
-from onceflow.broker.connection import (
-    NEED_DATA,
-    Connection,
-    ConnectionBroken,
-    RequestReceived,
-    SupportedApi,
-    UnsupportedApiVersionsRequest,
-)
-from onceflow.broker.context import BrokerServices, CloseConnection, RequestContext
+from onceflow.broker.connection import RequestReceived, SupportedApi
+from onceflow.broker.context import BrokerServices, RequestContext
 from onceflow.broker.faults import Faults
 from onceflow.broker.group.service import start_group_coordinator
 from onceflow.broker.handlers import HANDLERS
+from onceflow.broker.malloc_tuning import keep_freed_memory_for_reuse
 from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.topics import TopicManager
 from onceflow.broker.txn.pid_manager import ProducerIdManager
@@ -40,11 +36,6 @@ from onceflow.broker.txn.service import TransactionService
 from onceflow.protocol import apis
 
 log = logging.getLogger(__name__)
-
-READ_CHUNK_BYTES = 256 * 1024
-# Requests read ahead of their responses on one connection; beyond this we stop reading (backpressure).
-MAX_QUEUED_REQUESTS_PER_CONNECTION = 512
-API_VERSIONS_KEY = 18
 
 
 class Broker:
@@ -68,7 +59,7 @@ class Broker:
         }
         self.services: BrokerServices | None = None
         self._server: asyncio.Server | None = None
-        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._connections: set[ClientProtocol] = set()
         self._housekeeping: asyncio.Task[None] | None = None
         self._producer_expiry: asyncio.Task[None] | None = None
         self.port = config.port
@@ -78,8 +69,8 @@ class Broker:
         # Bind now (the port is part of the services) but accept only once the coordinators have
         # loaded: a request served earlier would meet no services, or no transaction coordinator and
         # so skip the KIP-890 produce check and TxnOffsetCommit's transaction check.
-        self._server = await asyncio.start_server(
-            self._serve_connection,
+        self._server = await asyncio.get_running_loop().create_server(
+            self._new_connection,
             self.config.host,
             self.config.port,
             reuse_address=True,
@@ -117,15 +108,12 @@ class Broker:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        # Aborting the transports ends each connection's read loop normally (cancelling the tasks
-        # instead makes asyncio's stream server log them as errors).
-        connections = dict(self._connections)
-        for writer in connections.values():
-            writer.transport.abort()
+        # Aborting a transport cancels its connection's running requests (connection_lost).
+        connections = list(self._connections)
+        for connection in connections:
+            connection.abort()
         if connections:
-            _done, stuck = await asyncio.wait(connections, timeout=5.0)
-            for task in stuck:
-                task.cancel()
+            await asyncio.wait([c.closed for c in connections], timeout=5.0)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -146,80 +134,17 @@ class Broker:
             if deleted:
                 log.info("retention deleted %d segments", deleted)
 
-    # -- one connection ----------------------------------------------------------------------------
-
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[task] = writer
-        peer = writer.get_extra_info("peername")
-        connection = Connection(self.supported, max_request_bytes=self.config.socket_request_max_bytes)
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | bytes | None] = asyncio.Queue(
-            MAX_QUEUED_REQUESTS_PER_CONNECTION
+    def _new_connection(self) -> ClientProtocol:
+        connection = ClientProtocol(
+            self._dispatch,
+            self.supported,
+            max_request_bytes=self.config.socket_request_max_bytes,
+            on_close=self._connections.discard,
         )
-        in_flight: list[asyncio.Task[bytes | None]] = []
-        responder = asyncio.create_task(self._write_responses(pending, writer, peer))
-        # If writing fails (peer gone, handler bug), stop reading too.
-        responder.add_done_callback(lambda _t: writer.transport.abort() if not writer.is_closing() else None)
-        try:
-            while not responder.done():
-                data = await reader.read(READ_CHUNK_BYTES)
-                if not data:
-                    break
-                connection.receive_data(data)
-                while (event := connection.next_event()) is not NEED_DATA:
-                    if isinstance(event, ConnectionBroken):
-                        log.warning("closing connection from %s: %s", peer, event.reason)
-                        return
-                    if isinstance(event, UnsupportedApiVersionsRequest):
-                        api = self.supported[API_VERSIONS_KEY]
-                        answer = apis.unsupported_api_versions_response(
-                            event.correlation_id, api.min_version, api.max_version
-                        )
-                        await _enqueue(pending, bytes(answer), responder)
-                        continue
-                    assert isinstance(event, RequestReceived)
-                    request_task = asyncio.create_task(self._dispatch(event))
-                    in_flight.append(request_task)
-                    request_task.add_done_callback(in_flight.remove)
-                    await _enqueue(pending, request_task, responder)
-        except (ConnectionError, OSError) as exc:
-            log.debug("connection from %s ended: %r", peer, exc)
-        finally:
-            responder.cancel()
-            for request_task in list(in_flight):
-                request_task.cancel()
-            writer.transport.abort()
-            self._connections.pop(task, None)
+        self._connections.add(connection)
+        return connection
 
-    async def _write_responses(
-        self,
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | bytes | None],
-        writer: asyncio.StreamWriter,
-        peer: Any,
-    ) -> None:
-        while True:
-            item = await pending.get()
-            if item is None:
-                return
-            if isinstance(item, asyncio.Task):
-                try:
-                    response = await item
-                except asyncio.CancelledError:
-                    raise
-                except CloseConnection as exc:
-                    log.info("closing the connection from %s: %s", peer, exc)
-                    return
-                except Exception:
-                    # A handler bug: Kafka would send a generic error; we close, the client reconnects.
-                    log.exception("request from %s failed; closing the connection", peer)
-                    return
-            else:
-                response = item
-            if response is None:
-                continue
-            writer.write(response)
-            await writer.drain()
+    # -- requests ----------------------------------------------------------------------------------
 
     async def _dispatch(self, event: RequestReceived) -> bytes | None:
         header = event.header
@@ -244,19 +169,6 @@ class Broker:
         return apis.encode_response(response, header.correlation_id, header.api_version)
 
 
-async def _enqueue(pending: asyncio.Queue, item: object, responder: asyncio.Task[None]) -> None:
-    """Queue ``item`` for the responder, waiting while the queue is full (backpressure on reading),
-    but never after the responder has stopped: then nobody would ever make room."""
-    if not pending.full():
-        pending.put_nowait(item)
-        return
-    put = asyncio.ensure_future(pending.put(item))
-    await asyncio.wait({put, responder}, return_when=asyncio.FIRST_COMPLETED)
-    if not put.done():
-        put.cancel()
-        raise ConnectionResetError("the connection's responder stopped")
-
-
 async def _serve_until_signalled(config: BrokerConfig) -> None:
     # Signal handlers first: a SIGTERM right after the "listening" line must still stop us cleanly.
     stop = asyncio.Event()
@@ -274,6 +186,7 @@ async def _serve_until_signalled(config: BrokerConfig) -> None:
 
 def run(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM/SIGINT, on uvloop where installed."""
+    keep_freed_memory_for_reuse()  # this is the broker's own process
     try:
         import uvloop
     except ImportError:
