@@ -25,9 +25,11 @@ import kafka.protocol.producer as _producer
 from kafka.protocol.api_message import ApiMessage
 
 from onceflow.protocol.errors import ErrorCode, InvalidRequest
+from onceflow.protocol.produce_records import attach_record_views
 
 _HEADER_PREFIX = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
+PRODUCE_KEY = 0
 
 
 def _message_classes(kind: str) -> dict[int, type[ApiMessage]]:
@@ -129,6 +131,9 @@ def decode_request(
     except Exception as exc:  # any decode failure means the frame is unreadable
         raise InvalidRequest(f"cannot decode {request_cls.__name__} v{api_version}: {exc!r}")
     _reject_null_where_not_nullable(body, request_cls._struct, api_version, request_cls.__name__)
+    if header.api_key == PRODUCE_KEY and isinstance(frame, bytearray):
+        # The records as writable views of the frame, not kafka-python's copies (see produce_records).
+        attach_record_views(body, frame, header.body_offset, api_version)
     return header, body
 
 

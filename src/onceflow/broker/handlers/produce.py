@@ -67,8 +67,10 @@ def _append_partition(
         partition = ctx.topics.get_partition(topic_name, index)
         if not records:
             raise InvalidRecord(f"produce to {topic_name}-{index} has no record batch")
-        # A writable copy: the log patches baseOffset (and LogAppendTime fields) in place.
-        batches = validate_produce_records(bytearray(records))
+        # The log patches baseOffset (and LogAppendTime fields) in place: the request's own bytes when
+        # the connection handed us a writable view of its frame (protocol.produce_records), else a copy.
+        writable = isinstance(records, memoryview) and not records.readonly
+        batches = validate_produce_records(records if writable else bytearray(records))
         verify_transactional_append(
             ctx.transactions, transactional_id, topic_name, partition, batches, ctx.api_version
         )

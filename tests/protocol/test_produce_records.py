@@ -1,0 +1,80 @@
+"""Produce records as views of the request frame: same bytes as kafka-python decodes, every version we
+serve, writable into the frame; anything unexpected leaves kafka-python's copies alone."""
+
+from __future__ import annotations
+
+import pytest
+from kafka.protocol.producer import ProduceRequest
+
+from onceflow.protocol.apis import decode_request
+from onceflow.protocol.produce_records import attach_record_views
+
+PD = ProduceRequest.TopicProduceData
+PPD = PD.PartitionProduceData
+
+
+def _request(transactional_id: str | None) -> ProduceRequest:
+    return ProduceRequest(
+        transactional_id=transactional_id,
+        acks=-1,
+        timeout_ms=30000,
+        topic_data=[
+            PD(
+                name="alpha",
+                partition_data=[PPD(index=0, records=b"a" * 70), PPD(index=3, records=b"b" * 300)],
+            ),
+            PD(name="beta-topic", partition_data=[PPD(index=1, records=b"")]),
+            PD(name="gamma", partition_data=[PPD(index=2, records=bytes(range(256)) * 600)]),
+        ],
+    )
+
+
+def _frame(request: ProduceRequest, version: int) -> bytearray:
+    request.API_VERSION = version
+    request.with_header(correlation_id=7, client_id="client")
+    return bytearray(request.encode(header=True))
+
+
+@pytest.mark.parametrize("version", range(3, 13))
+@pytest.mark.parametrize("transactional_id", [None, "txn-1"])
+def test_records_are_writable_views_of_the_frame_at_every_version(version, transactional_id):
+    frame = _frame(_request(transactional_id), version)
+    _header, body = decode_request(frame, ProduceRequest, version)
+    expected = [[bytes(p.records) for p in t.partition_data] for t in _request(transactional_id).topic_data]
+    got = [[p.records for p in t.partition_data] for t in body.topic_data]
+    assert all(isinstance(r, memoryview) and not r.readonly for t in got for r in t)
+    assert [[bytes(r) for r in t] for t in got] == expected
+    # A view, not a copy: writing through it changes the frame.
+    view = got[2][0]
+    view[0:4] = b"WXYZ"
+    assert b"WXYZ" in frame
+
+
+def test_null_records_stay_null():
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=1,
+        timeout_ms=1000,
+        topic_data=[PD(name="t", partition_data=[PPD(index=0, records=None), PPD(index=1, records=b"xy")])],
+    )
+    for version in (3, 9):
+        _header, body = decode_request(_frame(request, version), ProduceRequest, version)
+        first, second = body.topic_data[0].partition_data
+        assert first.records is None
+        assert bytes(second.records) == b"xy" and isinstance(second.records, memoryview)
+
+
+def test_a_frame_that_does_not_match_the_decoded_request_is_left_alone():
+    version = 9
+    frame = _frame(_request(None), version)
+    header, body = decode_request(bytes(frame), ProduceRequest, version)  # bytes: no views
+    assert isinstance(body.topic_data[0].partition_data[0].records, bytes)
+    start = header.body_offset
+    assert not attach_record_views(body, frame, start + 1, version)  # a shifted layout
+    assert not attach_record_views(body, frame[:-1000], start, version)  # truncated
+    body.topic_data[1].partition_data[0].index = 5  # the decoded request disagrees with the frame
+    assert not attach_record_views(body, frame, start, version)
+    assert isinstance(body.topic_data[0].partition_data[0].records, bytes)
+    body.topic_data[1].partition_data[0].index = 1
+    assert attach_record_views(body, frame, start, version)  # now it matches
+    assert isinstance(body.topic_data[0].partition_data[0].records, memoryview)
