@@ -157,14 +157,18 @@ class Member:
             on_revoke=self._on_revoke,
         )
         self.seen = seen
+        self.running = True
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _on_revoke(self, partitions):
         self.revoked.append(list(partitions))
-        await self.consumer.commit()  # commit what was processed before giving partitions up
+        try:
+            await self.consumer.commit()  # commit what was processed before giving partitions up
+        except Exception:
+            pass  # the group moved on already: those records are read again, never skipped
 
     async def _run(self):
-        while True:
+        while self.running:
             batches = await self.consumer.getmany(timeout_ms=200)
             for tp, records in batches.items():
                 self.seen.update((tp.partition, r.offset) for r in records)
@@ -175,7 +179,9 @@ class Member:
                     pass  # a rebalance: the next poll rejoins; records are read again, never skipped
 
     async def stop(self, *, leave: bool = True):
-        self.task.cancel()
+        # A flag, not task.cancel(): Python 3.11's asyncio.wait_for can swallow a cancellation that
+        # races with a response, and the loop would carry on.
+        self.running = False
         await asyncio.gather(self.task, return_exceptions=True)
         if leave:
             await self.consumer.close()

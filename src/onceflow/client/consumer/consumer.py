@@ -94,6 +94,7 @@ class AsyncConsumer:
                 rebalance_timeout_ms=self.config.effective_rebalance_timeout_ms,
             )
         self._next_auto_commit = 0.0
+        self._listener_error: BaseException | None = None
         self._last_committed: dict[TopicPartition, int] = {}
         self._started = False
         self._closed = False
@@ -199,21 +200,34 @@ class AsyncConsumer:
 
     # -- rebalance callbacks (run inside poll) ---------------------------------------------------
 
+    async def _listener(
+        self, index: int, partitions: list[TopicPartition], fallback: int | None = None
+    ) -> None:
+        """Run a user callback; its exception is raised from poll once the rebalance has finished
+        (as Kafka does), so a failing callback cannot leave the member half-joined."""
+        callback = self._listeners[index] or (self._listeners[fallback] if fallback is not None else None)
+        try:
+            await _call(callback, partitions)
+        except Exception as exc:
+            log.warning("rebalance callback failed: %r (raised from poll after the rebalance)", exc)
+            if self._listener_error is None:
+                self._listener_error = exc
+
     async def _partitions_assigned(self, added: list[TopicPartition]) -> None:
         self._subscriptions.add(added)
-        await _call(self._listeners[0], added)
+        await self._listener(0, added)
 
     async def _partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         if revoked and self.config.enable_auto_commit:
             await self._commit_quietly(revoked)
-        await _call(self._listeners[1], revoked)
+        await self._listener(1, revoked)
         self._subscriptions.remove(revoked)
         self._fetcher.clear_buffers(revoked)
 
     async def _partitions_lost(self, lost: list[TopicPartition]) -> None:
         # No commit: another member may own them already. Kafka calls onPartitionsLost, which
         # defaults to onPartitionsRevoked.
-        await _call(self._listeners[2] or self._listeners[1], lost)
+        await self._listener(2, lost, fallback=1)
         self._subscriptions.remove(lost)
         self._fetcher.clear_buffers(lost)
 
@@ -233,6 +247,9 @@ class AsyncConsumer:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             await self._prepare()
+            if self._listener_error is not None:
+                error, self._listener_error = self._listener_error, None
+                raise error
             records = fetcher.drain(limit, {TopicPartition(*tp) for tp in partitions} if partitions else None)
             if records:
                 return records
