@@ -9,8 +9,10 @@ round: the sink in ``at-least-once`` mode (idempotent producer, no transaction) 
 ``exactly-once`` mode (one transaction per task per batch). Defaults: 1,000,000 rows, batches of
 250,000 (``--batch-rows``), 8 MB fetches; ``--quick``: 200,000 rows, batches of 100,000.
 
-Reported: input rows/s end to end (median over rounds), median per-batch latency (Spark's
-triggerExecution), and the exactly-once / at-least-once ratio (target ≥ 0.9). Progress goes to
+Contenders run in ABBA order (flipped every round). Reported: input rows/s end to end (median over
+rounds), median per-batch latency (Spark's triggerExecution), the exactly-once / at-least-once ratio
+of the medians and the median of each round's own ratio (target ≥ 0.9), and the machine's 1-minute
+load average at the end (other work on the 2 cores moves these numbers a lot). Progress goes to
 stderr; the last stdout line is one JSON object (see /work/shared/BENCH.md).
 """
 
@@ -117,6 +119,7 @@ def main() -> None:
     broker = BrokerProcess(workdir / "broker")
     results: dict[str, list[float]] = {g: [] for g in GUARANTEES}
     latencies: dict[str, list[float]] = {g: [] for g in GUARANTEES}
+    per_round: dict[int, dict[str, float]] = {}
     unavailable: dict[str, str] = {}
     spark = None
     try:
@@ -130,7 +133,8 @@ def main() -> None:
         # Warm-up: the first query of a session pays for JIT and Python worker start-up.
         run_once(spark, broker.bootstrap, "bench-in", "at-least-once", workdir, -1, batch_rows)
         for round_no in range(rounds):
-            for guarantee in GUARANTEES:
+            # ABBA: the order flips every round, so a machine getting busier favours neither.
+            for guarantee in GUARANTEES if round_no % 2 == 0 else tuple(reversed(GUARANTEES)):
                 if guarantee in unavailable:
                     continue
                 try:
@@ -146,6 +150,7 @@ def main() -> None:
                 if done != rows:
                     raise RuntimeError(f"{guarantee} round {round_no}: read {done} rows, expected {rows}")
                 results[guarantee].append(rows / elapsed)
+                per_round.setdefault(round_no, {})[guarantee] = rows / elapsed
                 latencies[guarantee].extend(batch_ms)
                 progress(f"round {round_no} {guarantee}: {rows / elapsed:,.0f} rows/s ({elapsed:.1f} s)")
     finally:
@@ -159,12 +164,18 @@ def main() -> None:
     ratios = {}
     if "exactly-once" in medians and "at-least-once" in medians:
         ratios["exactly-once/at-least-once"] = round(medians["exactly-once"] / medians["at-least-once"], 3)
+    paired = [r["exactly-once"] / r["at-least-once"] for r in per_round.values() if len(r) == 2]
     emit(
         {
             "bench": "pipeline",
             "unit": "rows/s",
             "results": medians,
             "ratios": ratios,
+            # The median of each round's own ratio: steadier when the machine's load drifts.
+            "ratios_paired_by_round": (
+                {"exactly-once/at-least-once": round(median(paired), 3)} if paired else {}
+            ),
+            "load_average_1m": round(os.getloadavg()[0], 2),
             "batch_latency_ms": {g: round(median(v)) for g, v in latencies.items() if v},
             "unavailable": unavailable,
             "params": {
