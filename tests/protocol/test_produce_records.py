@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kafka.protocol.producer import ProduceRequest
 
-from onceflow.protocol.apis import decode_request
+from onceflow.protocol.apis import RECORD_VIEWS_MIN_BYTES, decode_request
 from onceflow.protocol.produce_records import attach_record_views
 
 PD = ProduceRequest.TopicProduceData
@@ -24,7 +24,7 @@ def _request(transactional_id: str | None) -> ProduceRequest:
                 partition_data=[PPD(index=0, records=b"a" * 70), PPD(index=3, records=b"b" * 300)],
             ),
             PD(name="beta-topic", partition_data=[PPD(index=1, records=b"")]),
-            PD(name="gamma", partition_data=[PPD(index=2, records=bytes(range(256)) * 600)]),
+            PD(name="gamma", partition_data=[PPD(index=2, records=bytes(range(256)) * 1100)]),
         ],
     )
 
@@ -58,10 +58,27 @@ def test_null_records_stay_null():
         topic_data=[PD(name="t", partition_data=[PPD(index=0, records=None), PPD(index=1, records=b"xy")])],
     )
     for version in (3, 9):
-        _header, body = decode_request(_frame(request, version), ProduceRequest, version)
+        frame = _frame(request, version)
+        header, body = decode_request(bytes(frame), ProduceRequest, version)
+        assert attach_record_views(body, frame, header.body_offset, version)
         first, second = body.topic_data[0].partition_data
         assert first.records is None
         assert bytes(second.records) == b"xy" and isinstance(second.records, memoryview)
+
+
+def test_small_requests_keep_their_copies():
+    # Locating records costs more than copying a few KB; decode_request only does it for big frames.
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=1,
+        timeout_ms=1000,
+        topic_data=[PD(name="t", partition_data=[PPD(index=0, records=b"z" * 1000)])],
+    )
+    frame = _frame(request, 9)
+    assert len(frame) < RECORD_VIEWS_MIN_BYTES
+    _header, body = decode_request(frame, ProduceRequest, 9)
+    assert body.topic_data[0].partition_data[0].records == b"z" * 1000
+    assert isinstance(body.topic_data[0].partition_data[0].records, bytes)
 
 
 def test_a_frame_that_does_not_match_the_decoded_request_is_left_alone():
