@@ -146,3 +146,52 @@ def test_broker_closing_fails_waiting_requests():
                 await conn.close()
 
     run(scenario())
+
+
+class _RecordingWriter:
+    """Enough of a StreamWriter for a Connection whose reader the test feeds by hand."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.frames.append(bytes(data))
+
+    async def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    async def wait_closed(self) -> None:
+        pass
+
+
+def test_cancel_as_the_response_arrives_still_cancels_send():
+    """Python 3.11's asyncio.wait_for returns the result and drops a task.cancel() that comes in the
+    same loop iteration as the response; send() must stay cancelled (a stopping fetch loop hung)."""
+
+    async def scenario():
+        reader = asyncio.StreamReader()
+        writer = _RecordingWriter()
+        conn = Connection(reader, writer, host="127.0.0.1", port=0, client_id="t", request_timeout_s=30.0)
+        try:
+            task = asyncio.create_task(conn.send(MetadataRequest(topics=None), version=9))
+            while not writer.frames:
+                await asyncio.sleep(0)
+            _key, _version, correlation_id = apis.peek_request_header(writer.frames[0][4:])
+            response = MetadataResponse(
+                throttle_time_ms=0, brokers=[], cluster_id="c", controller_id=0, topics=[]
+            )
+            reader.feed_data(bytes(apis.encode_response(response, correlation_id, 9)))
+            # One turn: the read loop decodes the frame and resolves send()'s future; send() itself
+            # has not resumed yet when the cancel arrives.
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert task.cancelled()
+        finally:
+            await conn.close()
+
+    run(scenario())

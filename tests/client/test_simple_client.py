@@ -8,7 +8,8 @@ from onceflow.client.simple import SimpleClient
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("onceflow.broker.server") is None, reason="onceflow.broker.server is not built yet"
+    importlib.util.find_spec("onceflow.broker.server") is None,
+    reason="onceflow.broker.server is not built yet",
 )
 
 

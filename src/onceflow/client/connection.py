@@ -75,7 +75,10 @@ class Connection:
     ) -> Connection:
         """Connect and negotiate API versions; raises :class:`BrokerConnectionError` if unreachable."""
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), connect_timeout_s)
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a task.cancel() that lands
+            # as the awaited thing completes (see send()).
+            async with asyncio.timeout(connect_timeout_s):
+                reader, writer = await asyncio.open_connection(host, port)
         except TimeoutError:
             raise BrokerConnectionError(
                 f"cannot connect to {host}:{port}: timed out after {connect_timeout_s}s"
@@ -160,14 +163,21 @@ class Connection:
             raise BrokerConnectionError(f"lost connection to {self.host}:{self.port}: {exc}")
         if future is None:
             return None
+        # asyncio.timeout, not wait_for: on 3.11, if the response arrives in the same loop iteration
+        # as a task.cancel(), wait_for returns the response and the cancellation is lost (a consumer
+        # stopping its fetch loop hung on that). Awaiting the future itself keeps the cancellation.
         try:
-            return await asyncio.wait_for(future, self.request_timeout_s)
+            async with asyncio.timeout(self.request_timeout_s):
+                return await future
         except TimeoutError:
             self._pending.pop(correlation_id, None)
             raise KafkaError(
                 f"{request.name} to {self.host}:{self.port} timed out after {self.request_timeout_s}s",
                 ErrorCode.REQUEST_TIMED_OUT,
             )
+        except asyncio.CancelledError:
+            self._pending.pop(correlation_id, None)
+            raise
 
     async def _read_loop(self) -> None:
         try:

@@ -75,7 +75,8 @@ class BufferMemory:
                 if remaining <= 0:
                     raise _exhausted(size, self.total)
                 try:
-                    await asyncio.wait_for(event.wait(), remaining)
+                    async with asyncio.timeout(remaining):  # not wait_for: it can lose a cancel
+                        await event.wait()
                 except TimeoutError:
                     raise _exhausted(size, self.total)
             finally:

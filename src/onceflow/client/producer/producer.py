@@ -162,7 +162,8 @@ class AsyncProducer:
         self._closed = True
         if self._sender is not None:
             try:
-                await asyncio.wait_for(self._sender.wait_idle(), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: 3.11's can lose a cancel
+                    await self._sender.wait_idle()
             except TimeoutError:
                 self._sender.fail_queued(ProducerClosedError("producer closed before the record was sent"))
             await self._sender.stop()
