@@ -27,3 +27,36 @@ def test_null_array_where_the_schema_allows_it_decodes():
     header, body = decode_request(_frame(request, 4), MetadataRequest, 4)
     assert header.correlation_id == 1
     assert body.topics is None
+
+
+def _kafka_python_framed(response, correlation_id: int, version: int) -> bytes:
+    response._header = None
+    response.API_VERSION = version
+    response.with_header(correlation_id=correlation_id)
+    return bytes(response.encode(header=True, framed=True))
+
+
+def test_encode_response_gives_kafka_pythons_bytes_for_every_version():
+    from kafka.protocol.metadata import ApiVersionsResponse
+    from kafka.protocol.producer import EndTxnResponse, ProduceResponse
+
+    from onceflow.protocol.apis import encode_response
+
+    partition = ProduceResponse.TopicProduceResponse.PartitionProduceResponse(
+        index=0, error_code=0, base_offset=5, log_append_time_ms=-1, log_start_offset=0, record_errors=[]
+    )
+    produce = ProduceResponse(
+        responses=[ProduceResponse.TopicProduceResponse(name="t", partition_responses=[partition])],
+        throttle_time_ms=0,
+    )
+    end_txn = EndTxnResponse(throttle_time_ms=0, error_code=0, producer_id=1, producer_epoch=2)
+    # ApiVersions keeps a v0 response header even at its flexible versions.
+    api_versions = ApiVersionsResponse(
+        error_code=0,
+        api_keys=[ApiVersionsResponse.ApiVersion(api_key=0, min_version=0, max_version=12)],
+        throttle_time_ms=0,
+    )
+    for response, versions in ((produce, range(13)), (end_txn, range(6)), (api_versions, range(5))):
+        for version in versions:
+            ours = bytes(encode_response(response, 4242, version))
+            assert ours == _kafka_python_framed(response, 4242, version), (type(response).__name__, version)

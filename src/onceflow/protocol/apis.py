@@ -29,6 +29,7 @@ from onceflow.protocol.produce_records import attach_record_views
 
 _HEADER_PREFIX = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
 PRODUCE_KEY = 0
 # Below this a Produce frame's records are cheaper to copy (~5 us per 100 KB) than to locate (~13 us).
 RECORD_VIEWS_MIN_BYTES = 256 * 1024
@@ -198,14 +199,31 @@ def _check_nulls(obj, plan: tuple[_PlanStep, ...], version: int, path: str) -> N
                 _check_nulls(value, nested, version, f"{path}.{name}")
 
 
+class _ResponseHeader:
+    """Stands in for kafka-python's ``ResponseHeader`` when encoding: the same bytes (correlation id,
+    plus an empty tagged-field section when the header is flexible) without building a header object
+    and running the generic struct encoder, about half of encoding a small response. kafka-python asks
+    it for ``encode(flexible=...)``; ApiVersionsResponse asks with ``flexible=False`` whatever its
+    version, so that rule stays kafka-python's."""
+
+    __slots__ = ("correlation_id", "request_api_version")
+
+    def __init__(self, correlation_id: int) -> None:
+        self.correlation_id = correlation_id
+        self.request_api_version = None
+
+    def encode(self, flexible: bool = False) -> bytes:
+        encoded = _INT32.pack(self.correlation_id)
+        return encoded + b"\x00" if flexible else encoded
+
+
 def encode_response(response: ApiMessage, correlation_id: int, api_version: int) -> bytearray:
     """The framed bytes (size prefix, header, body) of ``response`` at ``api_version``."""
-    # kafka-python quirks: the version must be set before with_header, and encode wants both; setting
-    # the version of a response that already has a (response) header fails, so drop an old header.
-    if response.header is not None:
-        response._header = None
+    # kafka-python quirks: the version must be set before the header (setting it updates the header),
+    # and encode wants both; drop any header the response already had.
+    response._header = None
     response.API_VERSION = api_version
-    response.with_header(correlation_id=correlation_id)
+    response._header = _ResponseHeader(correlation_id)
     return response.encode(header=True, framed=True)
 
 
