@@ -42,6 +42,17 @@ class TransactionAbortableError(ProducerError):
     code = ErrorCode.TRANSACTION_ABORTABLE
 
 
+class GroupRebalancedCommitError(TransactionAbortableError):
+    """send_offsets_to_transaction was refused by the group coordinator (KIP-447) because the consumer
+    whose ``group_metadata()`` was passed is no longer the member that owns those partitions: its
+    generation is old (ILLEGAL_GENERATION), it left the group (UNKNOWN_MEMBER_ID), or another instance
+    took its group.instance.id (FENCED_INSTANCE_ID). Java names this CommitFailedException. Abort the
+    transaction, then poll the consumer (it rejoins) and continue from the new assignment's committed
+    offsets. ``code`` is the coordinator's answer."""
+
+    code = ErrorCode.ILLEGAL_GENERATION
+
+
 class IllegalTransactionStateError(ProducerError):
     """A transactional call was made in a state that does not allow it (the message names both)."""
 

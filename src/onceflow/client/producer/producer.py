@@ -26,9 +26,9 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from onceflow.client.consumer.structs import ConsumerGroupMetadata
 from onceflow.client.producer import txn_requests
 from onceflow.client.producer.accumulator import RecordAccumulator
 from onceflow.client.producer.batch import RecordFuture, RecordMetadata
@@ -51,18 +51,10 @@ log = logging.getLogger(__name__)
 _NO_HEADERS: list = []  # shared: the batch builder only reads it
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupMetadata:
-    """What send_offsets_to_transaction needs of the consumer (KIP-447). With only a group id (Java's
-    ``new ConsumerGroupMetadata(groupId)``) the coordinator does not check the generation."""
-
-    group_id: str
-    generation_id: int = -1
-    member_id: str = ""
-    group_instance_id: str | None = None
-
-
 def _as_group_metadata(group) -> ConsumerGroupMetadata:
+    """The consumer's ``group_metadata()`` as is; a group id string as Java's
+    ``new ConsumerGroupMetadata(groupId)`` (generation -1, member "": the coordinator checks nothing);
+    anything else with the same attribute names (aiokafka's, confluent-kafka's) field by field."""
     if isinstance(group, ConsumerGroupMetadata):
         return group
     if isinstance(group, str):
@@ -75,13 +67,17 @@ def _as_group_metadata(group) -> ConsumerGroupMetadata:
     )
 
 
-def _as_offsets(offsets: Mapping) -> dict[tuple[str, int], int]:
-    """``{(topic, partition): offset}``; keys may also be objects with ``topic``/``partition`` and
-    values objects with ``offset`` (OffsetAndMetadata)."""
+def _as_offsets(offsets: Mapping) -> dict[tuple[str, int], tuple[int, str]]:
+    """``{(topic, partition): (offset, metadata)}``; keys may also be objects with
+    ``topic``/``partition`` and values ints or objects with ``offset`` and optionally ``metadata``
+    (OffsetAndMetadata), whose metadata string is committed with the offset."""
     result = {}
     for key, value in offsets.items():
         tp = (key.topic, key.partition) if hasattr(key, "topic") else (key[0], int(key[1]))
-        result[tp] = int(value.offset if hasattr(value, "offset") else value)
+        if hasattr(value, "offset"):
+            result[tp] = (int(value.offset), getattr(value, "metadata", None) or "")
+        else:
+            result[tp] = (int(value), "")
     return result
 
 

@@ -20,7 +20,12 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
 )
 
-from onceflow.client.producer.errors import FATAL_CODES, TransactionAbortableError, fatal_error_for
+from onceflow.client.producer.errors import (
+    FATAL_CODES,
+    GroupRebalancedCommitError,
+    TransactionAbortableError,
+    fatal_error_for,
+)
 from onceflow.client.producer.network import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, ProducerNetwork
 from onceflow.client.producer.transaction_manager import TransactionManager
 from onceflow.protocol.errors import ErrorCode, KafkaError
@@ -168,18 +173,22 @@ async def add_offsets_to_txn(
 async def txn_offset_commit(
     network: ProducerNetwork,
     txn: TransactionManager,
-    offsets: dict[tuple[str, int], int],
+    offsets: dict[tuple[str, int], tuple[int, str]],
     group,
     config,
 ) -> None:
+    """TxnOffsetCommit of ``{(topic, partition): (offset, metadata)}`` for ``group`` (a
+    ConsumerGroupMetadata). From v3 the request carries the member's generation, member id and
+    instance id (KIP-447), so the coordinator refuses a commit from a member fenced by a rebalance;
+    a bare group id sends generation -1 and member "", which it does not check."""
     topics: dict[str, list] = {}
-    for (topic, partition), offset in sorted(offsets.items()):
+    for (topic, partition), (offset, metadata) in sorted(offsets.items()):
         topics.setdefault(topic, []).append(
             TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
                 partition_index=partition,
                 committed_offset=offset,
                 committed_leader_epoch=-1,
-                committed_metadata="",
+                committed_metadata=metadata,
             )
         )
 
@@ -219,9 +228,11 @@ async def txn_offset_commit(
         return
     if code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
         # KIP-447: the consumer lost its partitions to a rebalance; this transaction must not commit.
-        raise TransactionAbortableError(
-            f"group {group.group_id!r} rebalanced ({code.name}): the offsets belong to an old generation; "
-            "abort the transaction and continue from the new assignment"
+        raise GroupRebalancedCommitError(
+            f"group {group.group_id!r} refused the offsets of member {group.member_id!r} generation "
+            f"{group.generation_id} ({code.name}): the group rebalanced and the partitions may belong to "
+            "another member; abort the transaction and continue from the new assignment",
+            code,
         )
     raise _classify(code, f"committing offsets of group {group.group_id!r} in the transaction")
 
