@@ -102,8 +102,12 @@ class ClientProtocol(asyncio.BufferedProtocol):
             log.debug("connection from %s ended: %r", self._peer, exc)
         self._closing = True
         for item in self._pending:
-            if isinstance(item, asyncio.Task):
+            if not isinstance(item, asyncio.Task):
+                continue
+            if not item.done():
                 item.cancel()
+            elif not item.cancelled():
+                item.exception()  # finished but never to be written: no "never retrieved" noise
         self._pending.clear()
         self._on_close(self)
         if not self.closed.done():
