@@ -12,7 +12,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 
-from onceflow.protocol.record_codec import DecodedBatch, Record, decode_batches
+from onceflow.protocol.record_codec import ControlMarker, DecodedBatch, Record, decode_batches
+from onceflow.protocol.records import BatchHeader
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -45,6 +46,35 @@ def visible_records(
     return visible, next_offset
 
 
+class AbortedTransactions:
+    """read_committed's view of one fetched partition, batch by batch in offset order: which
+    transactional batches belong to an aborted transaction (Kafka's ``CompletedFetch`` rule).
+
+    A producer's batches are dropped from the first offset of its aborted transaction (from the
+    response's list) until its abort marker."""
+
+    __slots__ = ("_pending", "_aborted_producers")
+
+    def __init__(self, aborted_transactions: Iterable[tuple[int, int]]) -> None:
+        self._pending = [(first_offset, producer_id) for producer_id, first_offset in aborted_transactions]
+        heapq.heapify(self._pending)
+        self._aborted_producers: set[int] = set()
+
+    def is_aborted(self, header: BatchHeader, control: ControlMarker | None = None) -> bool:
+        """Whether the data batch with ``header`` is aborted; give every control batch's marker too
+        (an abort marker ends its producer's aborted run)."""
+        if header.producer_id < 0:
+            return False
+        pending = self._pending
+        while pending and pending[0][0] <= header.last_offset:
+            self._aborted_producers.add(heapq.heappop(pending)[1])
+        if control is not None:
+            if not control.commit:
+                self._aborted_producers.discard(header.producer_id)
+            return False
+        return header.is_transactional and header.producer_id in self._aborted_producers
+
+
 def filter_batches(
     batches: Iterable[DecodedBatch],
     *,
@@ -52,19 +82,10 @@ def filter_batches(
     isolation_level: int = READ_UNCOMMITTED,
     aborted_transactions: Iterable[tuple[int, int]] = (),
 ) -> Iterator[Record]:
-    pending = [(first_offset, producer_id) for producer_id, first_offset in aborted_transactions]
-    heapq.heapify(pending)
-    aborted_producers: set[int] = set()
+    aborted = AbortedTransactions(aborted_transactions) if isolation_level == READ_COMMITTED else None
     for batch in batches:
-        header = batch.header
-        if isolation_level == READ_COMMITTED and header.producer_id >= 0:
-            while pending and pending[0][0] <= header.last_offset:
-                aborted_producers.add(heapq.heappop(pending)[1])
-            if batch.control is not None:
-                if not batch.control.commit:
-                    aborted_producers.discard(header.producer_id)
-            elif header.is_transactional and header.producer_id in aborted_producers:
-                continue
+        if aborted is not None and aborted.is_aborted(batch.header, batch.control):
+            continue
         if batch.control is not None:
             continue
         for record in batch.records:

@@ -15,6 +15,8 @@ import struct
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import crc32c
@@ -41,6 +43,7 @@ __all__ = [
     "decode_batches",
     "decode_columns",
     "decode_control",
+    "decode_record_objects",
     "encode_batch",
     "split_batches",
 ]
@@ -233,6 +236,13 @@ def decode_columns(header: BatchHeader, batch: memoryview) -> RecordColumns:
     )
 
 
+def decode_record_objects(header: BatchHeader, batch: memoryview) -> list:
+    """The records of one data batch (a pair from :func:`split_batches`) as the Cython reader's own
+    record objects: attributes ``offset``, ``timestamp``, ``key``, ``value``, ``headers`` as on
+    :class:`Record`, but not tuples. The consumer's fast path: no second object per record."""
+    return _read_records(header, batch)
+
+
 def decode_control(header: BatchHeader, batch: memoryview) -> ControlMarker:
     """The transaction marker a control batch (a pair from :func:`split_batches`) carries."""
     return _control_marker(header, _read_records(header, batch))
@@ -263,8 +273,19 @@ def _read_records(header: BatchHeader, batch: memoryview) -> list:
     return records
 
 
+# Record objects built without a Python frame per record: attrgetter reads the five fields of
+# aiokafka's record into a tuple and tuple.__new__ retypes it as a Record, both in C (the list
+# comprehension calling Record(...) spent ~0.5-1 us a record, as much as decoding it).
+_RECORD_FIELDS = attrgetter("offset", "timestamp", "key", "value", "headers")
+_new_tuple = tuple.__new__
+
+
+def _as_records(decoded: list) -> list[Record]:
+    return list(map(_new_tuple, repeat(Record, len(decoded)), map(_RECORD_FIELDS, decoded)))
+
+
 def _decode_one(header: BatchHeader, batch: memoryview) -> DecodedBatch:
-    records = [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in _read_records(header, batch)]
+    records = _as_records(_read_records(header, batch))
     control = _control_marker(header, records) if header.is_control else None
     return DecodedBatch(header, records, control)
 

@@ -13,6 +13,8 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable
+from itertools import repeat
+from operator import add, attrgetter
 from typing import Any
 
 from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AsyncClient
@@ -29,9 +31,11 @@ from onceflow.client.consumer.structs import (
 )
 from onceflow.client.consumer.subscription_state import AUTO_TOPICS, SubscriptionState
 from onceflow.protocol.errors import ErrorCode, KafkaError
-from onceflow.protocol.record_codec import Record
 
 log = logging.getLogger(__name__)
+
+_RECORD_FIELDS = attrgetter("offset", "timestamp", "key", "value", "headers")
+_new_tuple = tuple.__new__
 
 Listener = Callable[[list[TopicPartition]], Any]
 
@@ -235,9 +239,11 @@ class AsyncConsumer:
 
     async def getmany(
         self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
-    ) -> dict[TopicPartition, list[Record]]:
-        """Records per partition (``Record(offset, timestamp, key, value, headers)`` lists), waiting up
-        to ``timeout_ms`` for some to arrive."""
+    ) -> dict[TopicPartition, list]:
+        """Records per partition, in offset order, waiting up to ``timeout_ms`` for some to arrive.
+
+        Each record has ``offset``, ``timestamp``, ``key``, ``value`` and ``headers`` attributes (the
+        record decoder's own objects, made in C: read them by name, not by position)."""
         if not self._started:
             await self.start()
         if self._closed:
@@ -261,11 +267,12 @@ class AsyncConsumer:
     async def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
         """Records with their topic and partition, in one flat list."""
         batches = await self.getmany(timeout_ms=timeout_ms, max_records=max_records)
-        return [
-            ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, r.key, r.value, r.headers)
-            for tp, records in batches.items()
-            for r in records
-        ]
+        flat: list[ConsumerRecord] = []
+        for tp, records in batches.items():
+            # Built in C (no Python frame per record): (topic, partition) + the five fields.
+            fields = map(add, repeat((tp.topic, tp.partition)), map(_RECORD_FIELDS, records))
+            flat.extend(map(_new_tuple, repeat(ConsumerRecord), fields))
+        return flat
 
     async def getone(self, timeout_ms: int | None = None) -> ConsumerRecord | None:
         """One record (None when ``timeout_ms`` passes first; waits forever when it is None)."""

@@ -21,9 +21,9 @@ from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.consumer.assignors import TopicPartition
 from onceflow.client.consumer.config import ConsumerConfig
 from onceflow.client.consumer.subscription_state import PartitionState, SubscriptionState
-from onceflow.client.fetch_records import READ_COMMITTED, filter_batches
+from onceflow.client.fetch_records import READ_COMMITTED, AbortedTransactions
 from onceflow.protocol.errors import ErrorCode, KafkaError, OffsetOutOfRange
-from onceflow.protocol.record_codec import Record, decode_batches
+from onceflow.protocol.record_codec import decode_control, decode_record_objects, split_batches
 from onceflow.protocol.records import BATCH_HEADER_SIZE, read_header
 
 log = logging.getLogger(__name__)
@@ -65,11 +65,11 @@ class CompletedFetch:
     next_offset: int
     raw: bytes | None
     aborted_transactions: list[tuple[int, int]]
-    records: list[Record] | None = None
+    records: list | None = None
     cursor: int = 0
     size: int = field(default=0)
 
-    def decode(self, isolation_level: int, check_crcs: bool) -> list[Record]:
+    def decode(self, isolation_level: int, check_crcs: bool) -> list:
         if self.records is None:
             self.records = decode_visible(
                 self.raw, self.fetch_offset, isolation_level, self.aborted_transactions, check_crcs
@@ -84,29 +84,29 @@ def decode_visible(
     isolation_level: int,
     aborted_transactions: list[tuple[int, int]],
     check_crcs: bool = True,
-) -> list[Record]:
-    """The user-visible records of a fetched record set: whole batches are appended as lists
-    (read_uncommitted fast path); read_committed goes through the shared aborted-transaction filter."""
+) -> list:
+    """The user-visible records of a fetched record set, in offset order.
+
+    Records are the Cython reader's own objects (``offset``, ``timestamp``, ``key``, ``value``,
+    ``headers``), one object per record and no per-record Python code: building a ``Record`` tuple
+    for each cost as much as decoding it. Batches are filtered on their headers (control batches are
+    decoded only under read_committed, for their markers)."""
     if not raw:
         return []
-    batches = decode_batches(raw, check_crc=check_crcs)
-    if isolation_level == READ_COMMITTED:
-        return list(
-            filter_batches(
-                batches,
-                fetch_offset=fetch_offset,
-                isolation_level=isolation_level,
-                aborted_transactions=aborted_transactions,
-            )
-        )
-    out: list[Record] = []
-    for batch in batches:
-        if batch.control is not None:
+    aborted = AbortedTransactions(aborted_transactions) if isolation_level == READ_COMMITTED else None
+    out: list = []
+    for header, batch in split_batches(raw, check_crc=check_crcs):
+        if header.is_control:
+            if aborted is not None:
+                aborted.is_aborted(header, decode_control(header, batch))
             continue
-        if batch.header.base_offset >= fetch_offset:
-            out.extend(batch.records)
+        if aborted is not None and aborted.is_aborted(header):
+            continue
+        records = decode_record_objects(header, batch)
+        if header.base_offset >= fetch_offset:
+            out.extend(records)
         else:  # the broker returns whole batches: skip records before the offset asked for
-            out.extend(r for r in batch.records if r.offset >= fetch_offset)
+            out.extend(r for r in records if r.offset >= fetch_offset)
     return out
 
 
@@ -333,11 +333,9 @@ class Fetcher:
 
     # -- what poll() takes -----------------------------------------------------------------------
 
-    def drain(
-        self, max_records: int, only: set[TopicPartition] | None = None
-    ) -> dict[TopicPartition, list[Record]]:
+    def drain(self, max_records: int, only: set[TopicPartition] | None = None) -> dict[TopicPartition, list]:
         """Up to ``max_records`` buffered records, partitions served in turn; advances positions."""
-        result: dict[TopicPartition, list[Record]] = {}
+        result: dict[TopicPartition, list] = {}
         assigned = list(self.subscriptions.partitions.items())
         n = len(assigned)
         remaining = max_records
@@ -352,7 +350,7 @@ class Fetcher:
             buffered = self._buffers.get(tp)
             if not buffered or st.paused or st.position is None or (only is not None and tp not in only):
                 continue
-            taken: list[Record] | None = None
+            taken: list | None = None
             while buffered and remaining > 0:
                 chunk = buffered[0]
                 if chunk.epoch != st.epoch:
