@@ -11,9 +11,9 @@ operators' tools read the same thing they would from Kafka. A deletion is the ke
 from __future__ import annotations
 
 import dataclasses
-import struct
 
 from onceflow.protocol.errors import CorruptMessage
+from onceflow.protocol.schema_io import SchemaReader, SchemaWriter
 
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -83,42 +83,11 @@ class GroupValue:
 
 
 # ---------------------------------------------------------------------------------------------
-# writing
-
-
-class _Writer:
-    __slots__ = ("parts",)
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def int16(self, v: int) -> None:
-        self.parts.append(struct.pack(">h", v))
-
-    def int32(self, v: int) -> None:
-        self.parts.append(struct.pack(">i", v))
-
-    def int64(self, v: int) -> None:
-        self.parts.append(struct.pack(">q", v))
-
-    def string(self, v: str | None) -> None:
-        if v is None:
-            self.int16(-1)
-            return
-        raw = v.encode()
-        self.int16(len(raw))
-        self.parts.append(raw)
-
-    def bytes_(self, v: bytes) -> None:
-        self.int32(len(v))
-        self.parts.append(bytes(v))
-
-    def done(self) -> bytes:
-        return b"".join(self.parts)
+# writing (every version we write is non-flexible)
 
 
 def encode_offset_key(key: OffsetKey) -> bytes:
-    w = _Writer()
+    w = SchemaWriter()
     w.int16(_OFFSET_KEY_VERSION)
     w.string(key.group_id)
     w.string(key.topic)
@@ -127,14 +96,14 @@ def encode_offset_key(key: OffsetKey) -> bytes:
 
 
 def encode_group_key(key: GroupKey) -> bytes:
-    w = _Writer()
+    w = SchemaWriter()
     w.int16(_GROUP_KEY_VERSION)
     w.string(key.group_id)
     return w.done()
 
 
 def encode_offset_value(value: OffsetValue) -> bytes:
-    w = _Writer()
+    w = SchemaWriter()
     w.int16(_OFFSET_VALUE_VERSION)
     w.int64(value.offset)
     w.int32(value.leader_epoch)
@@ -144,7 +113,7 @@ def encode_offset_value(value: OffsetValue) -> bytes:
 
 
 def encode_group_value(value: GroupValue) -> bytes:
-    w = _Writer()
+    w = SchemaWriter()
     w.int16(_GROUP_VALUE_VERSION)
     w.string(value.protocol_type)
     w.int32(value.generation)
@@ -168,71 +137,8 @@ def encode_group_value(value: GroupValue) -> bytes:
 # reading
 
 
-class _Reader:
-    __slots__ = ("buf", "pos", "flexible")
-
-    def __init__(self, buf: bytes, pos: int = 0) -> None:
-        self.buf = memoryview(buf)
-        self.pos = pos
-        self.flexible = False
-
-    def _take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise CorruptMessage(f"__consumer_offsets record truncated at byte {self.pos}")
-        out = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def int16(self) -> int:
-        return struct.unpack(">h", self._take(2))[0]
-
-    def int32(self) -> int:
-        return struct.unpack(">i", self._take(4))[0]
-
-    def int64(self) -> int:
-        return struct.unpack(">q", self._take(8))[0]
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            b = self._take(1)[0]
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise CorruptMessage("varint too long in __consumer_offsets record")
-
-    def nullable_string(self) -> str | None:
-        n = self.uvarint() - 1 if self.flexible else self.int16()
-        if n < 0:
-            return None
-        return bytes(self._take(n)).decode()
-
-    def string(self) -> str:
-        s = self.nullable_string()
-        if s is None:
-            raise CorruptMessage("null where __consumer_offsets schema needs a string")
-        return s
-
-    def bytes_(self) -> bytes:
-        n = self.uvarint() - 1 if self.flexible else self.int32()
-        return b"" if n < 0 else bytes(self._take(n))
-
-    def array_len(self) -> int:
-        n = self.uvarint() - 1 if self.flexible else self.int32()
-        return max(n, 0)
-
-    def skip_tagged_fields(self) -> None:
-        if not self.flexible:
-            return
-        for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self._take(self.uvarint())
-
-
 def decode_key(raw: bytes) -> OffsetKey | GroupKey:
-    r = _Reader(raw)
+    r = SchemaReader(raw, CONSUMER_OFFSETS_TOPIC)
     version = r.int16()
     if version in (0, 1):
         return OffsetKey(r.string(), r.string(), r.int32())
@@ -242,7 +148,7 @@ def decode_key(raw: bytes) -> OffsetKey | GroupKey:
 
 
 def decode_offset_value(raw: bytes) -> OffsetValue:
-    r = _Reader(raw)
+    r = SchemaReader(raw, CONSUMER_OFFSETS_TOPIC)
     version = r.int16()
     if not 0 <= version <= 4:
         raise CorruptMessage(f"unknown OffsetCommitValue version {version}")
@@ -252,12 +158,12 @@ def decode_offset_value(raw: bytes) -> OffsetValue:
     metadata = r.string()
     commit_ts = r.int64()
     expire_ts = r.int64() if version == 1 else -1
-    r.skip_tagged_fields()
+    r.tagged_fields()
     return OffsetValue(offset, leader_epoch, metadata, commit_ts, expire_ts)
 
 
 def decode_group_value(raw: bytes) -> GroupValue:
-    r = _Reader(raw)
+    r = SchemaReader(raw, CONSUMER_OFFSETS_TOPIC)
     version = r.int16()
     if not 0 <= version <= 4:
         raise CorruptMessage(f"unknown GroupMetadataValue version {version}")
@@ -280,7 +186,7 @@ def decode_group_value(raw: bytes) -> GroupValue:
             rebalance_timeout = session_timeout  # v0 had one timeout for both, as Kafka reads it
         subscription = r.bytes_()
         assignment = r.bytes_()
-        r.skip_tagged_fields()
+        r.tagged_fields()
         members.append(
             MemberRecord(
                 member_id,
@@ -293,5 +199,5 @@ def decode_group_value(raw: bytes) -> GroupValue:
                 assignment,
             )
         )
-    r.skip_tagged_fields()
+    r.tagged_fields()
     return GroupValue(protocol_type, generation, protocol, leader, state_ts, tuple(members))
