@@ -6,6 +6,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from onceflow.broker.group.coordinator import OffsetCommitEntry
+from onceflow.protocol.errors import ErrorCode
+
 T = TypeVar("T")
 
 # The broker listens on loopback only; Kafka reports member hosts in this form.
@@ -30,3 +33,43 @@ async def await_callback(start: Callable[[Callable[[T], None]], None]) -> T:
 def no_coordinator(ctx: Any) -> bool:
     """True when the broker runs without a group coordinator (tests of other layers)."""
     return ctx.groups is None
+
+
+def requested_offsets(request: Any, with_leader_epoch: bool) -> dict[tuple[str, int], OffsetCommitEntry]:
+    """The offsets an OffsetCommit or TxnOffsetCommit request asks to store, by (topic, partition).
+
+    ``with_leader_epoch`` is False for the versions that carry no committed leader epoch (-1 then).
+    """
+    return {
+        (t.name, p.partition_index): OffsetCommitEntry(
+            offset=p.committed_offset,
+            leader_epoch=p.committed_leader_epoch if with_leader_epoch else -1,
+            metadata=p.committed_metadata,
+        )
+        for t in request.topics or []
+        for p in t.partitions or []
+    }
+
+
+def offset_commit_topics(
+    request: Any, top: ErrorCode, per_partition: dict, topic_type: type, partition_type: type
+) -> list:
+    """The response topics of an (Txn)OffsetCommit: every requested partition, with the request-wide
+    error ``top`` if there is one, else its own code from ``per_partition`` (NONE if absent)."""
+    return [
+        topic_type(
+            name=t.name,
+            partitions=[
+                partition_type(
+                    partition_index=p.partition_index,
+                    error_code=int(
+                        top
+                        if top is not ErrorCode.NONE
+                        else per_partition.get((t.name, p.partition_index), ErrorCode.NONE)
+                    ),
+                )
+                for p in t.partitions or []
+            ],
+        )
+        for t in request.topics or []
+    ]

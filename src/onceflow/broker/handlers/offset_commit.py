@@ -6,8 +6,7 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetCommitResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.coordinator import OffsetCommitEntry
-from onceflow.broker.group.handler_support import no_coordinator
+from onceflow.broker.group.handler_support import no_coordinator, offset_commit_topics, requested_offsets
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 8
@@ -21,15 +20,7 @@ _Partition = _Topic.OffsetCommitResponsePartition
 
 async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     v = ctx.api_version
-    offsets = {
-        (t.name, p.partition_index): OffsetCommitEntry(
-            offset=p.committed_offset,
-            leader_epoch=p.committed_leader_epoch if v >= 6 else -1,
-            metadata=p.committed_metadata,
-        )
-        for t in request.topics or []
-        for p in t.partitions or []
-    }
+    offsets = requested_offsets(request, with_leader_epoch=v >= 6)
     top = ErrorCode.NONE
     per_partition: dict = {}
     if no_coordinator(ctx):
@@ -45,21 +36,5 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
             )
         except KafkaError as exc:
             top = error_code_for(exc)
-    topics = [
-        _Topic(
-            name=t.name,
-            partitions=[
-                _Partition(
-                    partition_index=p.partition_index,
-                    error_code=int(
-                        top
-                        if top is not ErrorCode.NONE
-                        else per_partition.get((t.name, p.partition_index), ErrorCode.NONE)
-                    ),
-                )
-                for p in t.partitions or []
-            ],
-        )
-        for t in request.topics or []
-    ]
+    topics = offset_commit_topics(request, top, per_partition, _Topic, _Partition)
     return OffsetCommitResponse(throttle_time_ms=0, topics=topics)

@@ -16,7 +16,7 @@ import logging
 from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.coordinator import OffsetCommitEntry
+from onceflow.broker.group.handler_support import offset_commit_topics, requested_offsets
 from onceflow.broker.txn.config import CONSUMER_OFFSETS_TOPIC
 from onceflow.broker.txn.errors import fenced_error_code, wire_code
 from onceflow.broker.txn.metadata import TV_2
@@ -81,31 +81,7 @@ async def _commit(ctx: RequestContext, request: TxnOffsetCommitRequest, offsets)
 
 
 async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
-    offsets = {
-        (t.name, p.partition_index): OffsetCommitEntry(
-            offset=p.committed_offset,
-            leader_epoch=p.committed_leader_epoch if ctx.api_version >= 2 else -1,
-            metadata=p.committed_metadata,
-        )
-        for t in request.topics or []
-        for p in t.partitions or []
-    }
+    offsets = requested_offsets(request, with_leader_epoch=ctx.api_version >= 2)
     top, per_partition = await _commit(ctx, request, offsets)
-    topics = [
-        _Topic(
-            name=t.name,
-            partitions=[
-                _Partition(
-                    partition_index=p.partition_index,
-                    error_code=int(
-                        top
-                        if top is not ErrorCode.NONE
-                        else per_partition.get((t.name, p.partition_index), 0)
-                    ),
-                )
-                for p in t.partitions or []
-            ],
-        )
-        for t in request.topics or []
-    ]
+    topics = offset_commit_topics(request, top, per_partition, _Topic, _Partition)
     return TxnOffsetCommitResponse(throttle_time_ms=0, topics=topics)
