@@ -40,6 +40,7 @@ __all__ = [
     "progress",
     "emit",
     "start_brokers",
+    "produce_to_partition_0",
 ]
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -115,3 +116,30 @@ def start_brokers(
         brokers["tansu"] = tansu
         progress(f"tansu on {tansu.bootstrap} (pid {tansu.pid}), memory storage")
     return brokers, tmp
+
+
+def produce_to_partition_0(producer, topic: str, records: int, payload: bytes, what: str) -> None:
+    """Send ``records`` keyed copies of ``payload`` to partition 0 with a confluent-kafka producer.
+
+    Waits for every delivery; a full local queue (BufferError) is drained by polling rather than
+    dropped, so every record is counted. Raises RuntimeError, prefixed with ``what``, if any record
+    is undelivered or failed.
+    """
+    errors: list = []
+
+    def on_delivery(err, _msg):
+        if err is not None:
+            errors.append(err)
+
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, payload, key=b"%d" % i, partition=0, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    if left or errors:
+        raise RuntimeError(f"{what}: {left} undelivered, {len(errors)} failed: {errors[:1]}")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import BrokerProcess, emit, kill_all, median, progress  # noqa: E402
+from _common import BrokerProcess, emit, kill_all, median, produce_to_partition_0, progress  # noqa: E402
 
 FULL = {"records": 300_000, "rounds": 3}
 QUICK = {"records": 60_000, "rounds": 2}
@@ -111,24 +111,7 @@ def produce_confluent(bootstrap: str, topic: str, records: int, args) -> int:
             "queue.buffering.max.kbytes": 1 << 20,
         }
     )
-    errors = []
-
-    def on_delivery(err, _msg):
-        if err is not None:
-            errors.append(err)
-
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, PAYLOAD, key=b"%d" % i, partition=0, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 1000 == 0:
-            producer.poll(0)
-    left = producer.flush(120)
-    if left or errors:
-        raise RuntimeError(f"{left} undelivered, {len(errors)} failed: {errors[:1]}")
+    produce_to_partition_0(producer, topic, records, PAYLOAD, "confluent produce")
     return records
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import crc32c  # noqa: E402
-from _common import BrokerProcess, emit, kill_all, measure, median, progress  # noqa: E402
+from _common import BrokerProcess, emit, kill_all, measure, median, produce_to_partition_0, progress  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
@@ -87,24 +87,7 @@ def new_producer(bootstrap: str | None, topic: str, idempotent: bool) -> Produce
 
 
 def produce(producer: Producer, topic: str, records: int, payload: bytes) -> None:
-    errors: list = []
-
-    def on_delivery(err, _msg):
-        if err is not None:
-            errors.append(err)
-
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, payload, key=b"%d" % i, partition=0, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 1000 == 0:
-            producer.poll(0)
-    left = producer.flush(120)
-    if left or errors:
-        raise RuntimeError(f"produce: {left} undelivered, {len(errors)} failed: {errors[:1]}")
+    produce_to_partition_0(producer, topic, records, payload, "produce")
 
 
 def produce_rounds(broker: BrokerProcess | None, records: int, rounds: int) -> dict:

@@ -20,8 +20,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit, kill_all, measure, median, progress, start_brokers  # noqa: E402
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
+from _common import (
+    emit,
+    kill_all,
+    measure,
+    median,
+    produce_to_partition_0,
+    progress,
+    start_brokers,
+)  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 FULL = {"records": 300_000, "rounds": 3}
@@ -46,24 +54,7 @@ def produce(bootstrap: str, topic: str, records: int, payload: bytes) -> None:
             "queue.buffering.max.kbytes": 1 << 20,
         }
     )
-    errors: list[KafkaError] = []
-
-    def on_delivery(err, _msg):
-        if err is not None:
-            errors.append(err)
-
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, payload, key=b"%d" % i, partition=0, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 1000 == 0:
-            producer.poll(0)
-    left = producer.flush(120)
-    if left or errors:
-        raise RuntimeError(f"produce to {bootstrap}: {left} undelivered, {len(errors)} failed: {errors[:1]}")
+    produce_to_partition_0(producer, topic, records, payload, f"produce to {bootstrap}")
 
 
 def consume(bootstrap: str, topic: str, records: int) -> None:
