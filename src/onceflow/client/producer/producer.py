@@ -25,7 +25,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from onceflow.client.consumer.structs import ConsumerGroupMetadata
@@ -263,17 +263,30 @@ class AsyncProducer:
             count = await self._network.wait_for_topic(topic, self._block_deadline())
         timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         futures: list[RecordFuture] = []
+        for need in self._fill_many(topic, values, keys, partition, count, timestamp, headers, futures):
+            await asyncio.sleep(0)  # let the sender put full batches on the wire
+            if need:
+                await self._accumulator.memory.wait_async(need, self._block_deadline())
+        return futures
+
+    def _fill_many(
+        self, topic, values, keys, partition, count, timestamp, headers, futures: list[RecordFuture]
+    ) -> Iterator[int]:
+        """Feed ``send_many``'s records to the batch builder, appending a future per batch used.
+
+        Yields after each group of appends how many bytes of buffer.memory must free up before the
+        next group fits (0: none, go on). The async and the sync producer differ only in how they
+        wait, so each iterates this and waits its own way.
+        """
         for part, indices in self._plan_many(topic, values, keys, partition, count):
             position = 0
             while True:
                 position, need = self._append_group(
                     topic, part, timestamp, keys, values, headers, indices, position, futures
                 )
-                await asyncio.sleep(0)  # let the sender put full batches on the wire
+                yield need
                 if not need:
                     break
-                await self._accumulator.memory.wait_async(need, self._block_deadline())
-        return futures
 
     def _plan_many(self, topic, values, keys, partition, count) -> list[tuple[int, Sequence[int]]]:
         """Which partition each record goes to, as ``[(partition, indices in order)]``."""

@@ -133,14 +133,8 @@ class Producer:
             count = len(self.partitions_for(topic))
         timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         futures: list[RecordFuture] = []
-        for part, indices in producer._plan_many(topic, values, keys, partition, count):
-            position = 0
-            while True:
-                position, need = producer._append_group(
-                    topic, part, timestamp, keys, values, headers, indices, position, futures
-                )
-                if not need:
-                    break
+        for need in producer._fill_many(topic, values, keys, partition, count, timestamp, headers, futures):
+            if need:
                 producer._accumulator.memory.wait_sync(need, producer._block_deadline())
         return futures
 
