@@ -145,38 +145,40 @@ class ErrorCode(enum.IntEnum):
         return self in _RETRIABLE
 
 
-_RETRIABLE = frozenset({
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER,
-    ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.REPLICA_NOT_AVAILABLE,
-    ErrorCode.NETWORK_EXCEPTION,
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_COORDINATOR,
-    ErrorCode.NOT_ENOUGH_REPLICAS,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    ErrorCode.NOT_CONTROLLER,
-    ErrorCode.CONCURRENT_TRANSACTIONS,
-    ErrorCode.KAFKA_STORAGE_ERROR,
-    ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-    ErrorCode.INVALID_FETCH_SESSION_EPOCH,
-    ErrorCode.LISTENER_NOT_FOUND,
-    ErrorCode.FENCED_LEADER_EPOCH,
-    ErrorCode.UNKNOWN_LEADER_EPOCH,
-    ErrorCode.OFFSET_NOT_AVAILABLE,
-    ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
-    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
-    ErrorCode.ELECTION_NOT_NEEDED,
-    ErrorCode.UNSTABLE_OFFSET_COMMIT,
-    ErrorCode.THROTTLING_QUOTA_EXCEEDED,
-    ErrorCode.UNKNOWN_TOPIC_ID,
-    ErrorCode.INCONSISTENT_TOPIC_ID,
-    ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
-    ErrorCode.SHARE_SESSION_NOT_FOUND,
-    ErrorCode.INVALID_SHARE_SESSION_EPOCH,
-})
+_RETRIABLE = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+        ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+        ErrorCode.LISTENER_NOT_FOUND,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+        ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+        ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        ErrorCode.ELECTION_NOT_NEEDED,
+        ErrorCode.UNSTABLE_OFFSET_COMMIT,
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
+        ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
+        ErrorCode.SHARE_SESSION_NOT_FOUND,
+        ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+    }
+)
 
 
 class KafkaError(Exception):
@@ -206,8 +208,12 @@ RecordListTooLarge = _error_class("RecordListTooLarge", ErrorCode.RECORD_LIST_TO
 InvalidTopic = _error_class("InvalidTopic", ErrorCode.INVALID_TOPIC_EXCEPTION)
 InvalidRecord = _error_class("InvalidRecord", ErrorCode.INVALID_RECORD)
 InvalidTimestamp = _error_class("InvalidTimestamp", ErrorCode.INVALID_TIMESTAMP)
-UnsupportedForMessageFormat = _error_class("UnsupportedForMessageFormat", ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT)
-UnsupportedCompressionType = _error_class("UnsupportedCompressionType", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+UnsupportedForMessageFormat = _error_class(
+    "UnsupportedForMessageFormat", ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+)
+UnsupportedCompressionType = _error_class(
+    "UnsupportedCompressionType", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+)
 UnsupportedVersion = _error_class("UnsupportedVersion", ErrorCode.UNSUPPORTED_VERSION)
 InvalidRequest = _error_class("InvalidRequest", ErrorCode.INVALID_REQUEST)
 InvalidConfig = _error_class("InvalidConfig", ErrorCode.INVALID_CONFIG)
@@ -225,6 +231,10 @@ InvalidProducerIdMapping = _error_class("InvalidProducerIdMapping", ErrorCode.IN
 ConcurrentTransactions = _error_class("ConcurrentTransactions", ErrorCode.CONCURRENT_TRANSACTIONS)
 CoordinatorLoadInProgress = _error_class("CoordinatorLoadInProgress", ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 NotCoordinator = _error_class("NotCoordinator", ErrorCode.NOT_COORDINATOR)
+CoordinatorNotAvailable = _error_class("CoordinatorNotAvailable", ErrorCode.COORDINATOR_NOT_AVAILABLE)
+InvalidTransactionTimeout = _error_class("InvalidTransactionTimeout", ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+TransactionalIdNotFound = _error_class("TransactionalIdNotFound", ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
+TransactionAbortable = _error_class("TransactionAbortable", ErrorCode.TRANSACTION_ABORTABLE)
 
 
 def error_code_for(exc: BaseException) -> ErrorCode:

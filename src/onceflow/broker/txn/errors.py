@@ -1,34 +1,26 @@
 """Errors of the transaction coordinator, each carrying its Kafka wire code.
 
-The coordinator raises the shared classes from :mod:`onceflow.protocol.errors` where they exist
-(``ProducerFenced``, ``InvalidTxnState``, ...); the ones below are the codes that module does not
-define yet, plus :class:`IllegalTxnTransition`, which is a coordinator bug rather than bad input.
+The coordinator raises the shared classes from :mod:`onceflow.protocol.errors` (``ProducerFenced``,
+``InvalidTxnState``, ``CoordinatorNotAvailable``, ...), re-exported here for its modules; defined here
+are only :class:`ProducerIdsExhausted` and :class:`IllegalTxnTransition`, coordinator conditions
+rather than bad input.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.errors import (  # noqa: F401 - re-exported for the coordinator's modules
+    CoordinatorNotAvailable,
+    ErrorCode,
+    InvalidTransactionTimeout,
+    KafkaError,
+    TransactionAbortable,
+    TransactionalIdNotFound,
+)
 
 if TYPE_CHECKING:
     from onceflow.broker.txn.metadata import TransactionState
-
-
-class InvalidTransactionTimeout(KafkaError):
-    code = ErrorCode.INVALID_TRANSACTION_TIMEOUT
-
-
-class TransactionalIdNotFound(KafkaError):
-    code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
-
-
-class TransactionAbortable(KafkaError):
-    code = ErrorCode.TRANSACTION_ABORTABLE
-
-
-class CoordinatorNotAvailable(KafkaError):
-    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 class ProducerIdsExhausted(KafkaError):
