@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# The levels of the transaction.version feature this broker supports (Kafka 4.x: 0..2).
+MIN_TRANSACTION_VERSION = 0
+MAX_TRANSACTION_VERSION = 2
+
 
 @dataclass
 class BrokerConfig:
@@ -29,8 +33,18 @@ class BrokerConfig:
     transaction_state_log_num_partitions: int = 50  # transaction.state.log.num.partitions
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
+    # transaction.version: the finalized level of Kafka's feature (KIP-890), as `kafka-storage format
+    # --feature transaction.version=N` sets it; 2 is the default of a new Kafka 4.x cluster. ApiVersions
+    # advertises it and clients pick their transaction protocol from it (2: implicit partitions, an
+    # epoch bump per EndTxn v5). As in Kafka, the broker answers each request by its API version.
+    transaction_version: int = 2
     # Fault points by name -> probability 0..1, plus parameters such as "delay-response.ms".
     faults: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
+        if not MIN_TRANSACTION_VERSION <= self.transaction_version <= MAX_TRANSACTION_VERSION:
+            raise ValueError(
+                f"transaction.version must be {MIN_TRANSACTION_VERSION}..{MAX_TRANSACTION_VERSION}, "
+                f"not {self.transaction_version}"
+            )

@@ -37,7 +37,10 @@ def broker_config(host: str, port: int, data_dir: Path, faults: dict[str, str], 
         raise click.BadParameter(
             "fault probabilities must be numbers, e.g. drop-response-after-append=0.1", param_hint="--fault"
         )
-    return BrokerConfig(**kwargs)
+    try:
+        return BrokerConfig(**kwargs)
+    except ValueError as exc:  # a value out of range, e.g. transaction.version=3
+        raise click.BadParameter(str(exc), param_hint="--config")
 
 
 def dev_overrides(overrides: dict[str, str]) -> dict[str, str]:
