@@ -111,11 +111,11 @@ class ProducerAppendInfo:
                 f"in partition {self.topic_partition}: its transaction started at offset {txn_first_offset}"
             )
         batch = BatchMetadata(first_seq, last_seq, first_offset, last_offset, timestamp)
-        updated = self._updated.with_batch(epoch, batch)
         if txn_first_offset is None and is_transactional:
-            updated = updated.replaced(current_txn_first_offset=first_offset)
+            self._updated = self._updated.with_batch(epoch, batch, txn_first_offset=first_offset)
             self._started.append(TxnMetadata(self.producer_id, first_offset))
-        self._updated = updated
+        else:
+            self._updated = self._updated.with_batch(epoch, batch)
 
     def append_end_txn_marker(
         self,
@@ -144,11 +144,7 @@ class ProducerAppendInfo:
         completed = None
         if first_offset is not None:
             completed = CompletedTxn(self.producer_id, first_offset, offset, is_aborted=not is_commit)
-        self._updated = self._updated.with_epoch(epoch).replaced(
-            coordinator_epoch=coordinator_epoch,
-            last_timestamp=timestamp,
-            current_txn_first_offset=None,
-        )
+        self._updated = self._updated.with_txn_ended(epoch, coordinator_epoch, timestamp)
         return completed
 
     def _check_epoch(self, epoch: int, offset: int) -> None:

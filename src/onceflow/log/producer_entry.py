@@ -11,6 +11,7 @@ arithmetic); :func:`sequence_after` and :func:`sequence_before` do that arithmet
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
 
 # Kafka keeps the metadata of this many batches per producer (ProducerStateEntry.NUM_BATCHES_TO_RETAIN);
@@ -43,6 +44,13 @@ def is_next_sequence(last_seq: int, next_seq: int) -> bool:
     With no last sequence (NO_SEQUENCE, -1) only 0 follows, as in Kafka.
     """
     return next_seq == sequence_after(last_seq)
+
+
+class _Keep(enum.Enum):
+    KEEP = "keep"
+
+
+_KEEP = _Keep.KEEP  # "leave this field as it is" (None is a value of current_txn_first_offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +144,12 @@ class ProducerStateEntry:
             return self
         return self.replaced(epoch=epoch, batches=())
 
-    def with_batch(self, epoch: int, batch: BatchMetadata) -> ProducerStateEntry:
-        """This entry after appending ``batch`` at ``epoch``, keeping only the newest batches."""
+    def with_batch(
+        self, epoch: int, batch: BatchMetadata, *, txn_first_offset: int | None | _Keep = _KEEP
+    ) -> ProducerStateEntry:
+        """This entry after appending ``batch`` at ``epoch``, keeping only the newest batches;
+        ``txn_first_offset``, if given, becomes ``current_txn_first_offset`` (a batch starting a
+        transaction), in the same single construction."""
         kept = self.batches if epoch == self.epoch else ()
         batches = (*kept, batch)[-NUM_BATCHES_TO_RETAIN:]
         return ProducerStateEntry(
@@ -146,7 +158,19 @@ class ProducerStateEntry:
             batches,
             self.coordinator_epoch,
             batch.timestamp,
-            self.current_txn_first_offset,
+            self.current_txn_first_offset if txn_first_offset is _KEEP else txn_first_offset,
+        )
+
+    def with_txn_ended(self, epoch: int, coordinator_epoch: int, timestamp: int) -> ProducerStateEntry:
+        """This entry after a COMMIT/ABORT marker at ``epoch``: no transaction open (the cached
+        batches go if the epoch moved, as in :meth:`with_epoch`)."""
+        return ProducerStateEntry(
+            self.producer_id,
+            epoch,
+            self.batches if epoch == self.epoch else (),
+            coordinator_epoch,
+            timestamp,
+            None,
         )
 
     def merged_with(self, update: ProducerStateEntry) -> ProducerStateEntry:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -60,9 +60,12 @@ NO_SEQUENCE = -1
 _INT32_MAX = 0x7FFFFFFF
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The 61-byte header of one magic-2 record batch, as read (offsets are the stored ones)."""
+class BatchHeader(NamedTuple):
+    """The 61-byte header of one magic-2 record batch, as read (offsets are the stored ones).
+
+    A named tuple rather than a frozen dataclass: one is built for every batch the broker appends,
+    replays or scans, and a tuple is made in a tenth of the time (no per-field ``__setattr__``).
+    """
 
     base_offset: int
     batch_length: int
@@ -286,26 +289,68 @@ def build_control_batch(
     base_offset: int = 0,
 ) -> bytes:
     """A transaction marker: a transactional control batch holding one COMMIT or ABORT record."""
-    key = _CONTROL_KEY.pack(0, CONTROL_TYPE_COMMIT if commit else CONTROL_TYPE_ABORT)
-    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
-    # DefaultRecord: attributes int8, timestampDelta varlong, offsetDelta varint, key, value, headers.
-    body = (
-        b"\x00"
-        + encode_varint(0)
-        + encode_varint(0)
-        + encode_varint(len(key))
-        + key
-        + encode_varint(len(value))
-        + value
-        + encode_varint(0)
+    _header, buf = control_batch_for_append(
+        producer_id,
+        producer_epoch,
+        commit=commit,
+        coordinator_epoch=coordinator_epoch,
+        timestamp_ms=timestamp_ms,
+        base_offset=base_offset,
     )
-    record = encode_varint(len(body)) + body
-    attributes = TRANSACTIONAL_FLAG | CONTROL_FLAG
-    batch_length = BATCH_HEADER_SIZE - LOG_OVERHEAD + len(record)
-    buf = bytearray(BATCH_HEADER_SIZE + len(record))
-    _HEADER.pack_into(
-        buf,
-        0,
+    return bytes(buf)
+
+
+def control_batch_for_append(
+    producer_id: int,
+    producer_epoch: int,
+    *,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp_ms: int,
+    base_offset: int = 0,
+) -> tuple[BatchHeader, bytearray]:
+    """:func:`build_control_batch` as ``(header, writable bytes)``, ready for ``Log.append``."""
+    return build_one_record_batch(
+        _CONTROL_KEY.pack(0, CONTROL_TYPE_COMMIT if commit else CONTROL_TYPE_ABORT),
+        _CONTROL_VALUE.pack(0, coordinator_epoch),
+        timestamp_ms=timestamp_ms,
+        attributes=TRANSACTIONAL_FLAG | CONTROL_FLAG,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_offset=base_offset,
+    )
+
+
+def build_one_record_batch(
+    key: bytes | None,
+    value: bytes | None,
+    *,
+    timestamp_ms: int,
+    attributes: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_offset: int = 0,
+) -> tuple[BatchHeader, bytearray]:
+    """An uncompressed batch of one headerless record, and its header (so the caller need not read it
+    back): what the broker writes for itself (markers, ``__transaction_state`` records). ``None`` key or
+    value is a null one (a tombstone value)."""
+    # DefaultRecord: attributes int8, timestampDelta varlong, offsetDelta varint, key, value, headers.
+    # The three leading fields are all zero (one record, at the batch's own timestamp and offset).
+    body = bytearray(b"\x00\x00\x00")
+    if key is None:
+        body += _NULL_LENGTH
+    else:
+        body += _length_varint(len(key))
+        body += key
+    if value is None:
+        body += _NULL_LENGTH
+    else:
+        body += _length_varint(len(value))
+        body += value
+    body.append(0)  # no headers
+    record_length = _length_varint(len(body))
+    batch_length = BATCH_HEADER_SIZE - LOG_OVERHEAD + len(record_length) + len(body)
+    fields = (
         base_offset,
         batch_length,
         -1,  # partitionLeaderEpoch: the log stamps its own on append
@@ -320,9 +365,21 @@ def build_control_batch(
         NO_SEQUENCE,
         1,
     )
-    buf[BATCH_HEADER_SIZE:] = record
-    _UINT32.pack_into(buf, _CRC_POS, crc32c(memoryview(buf)[_ATTRIBUTES_POS:]))
-    return bytes(buf)
+    buf = bytearray(_HEADER.pack(*fields))
+    buf += record_length
+    buf += body
+    crc = crc32c(memoryview(buf)[_ATTRIBUTES_POS:])
+    _UINT32.pack_into(buf, _CRC_POS, crc)
+    header = BatchHeader(*fields[:4], crc, *fields[5:])
+    return header, buf
+
+
+_NULL_LENGTH = b"\x01"  # zig-zag varint of -1
+_ONE_BYTE_VARINTS = [bytes((n << 1,)) for n in range(64)]  # zig-zag varints of 0..63
+
+
+def _length_varint(n: int) -> bytes:
+    return _ONE_BYTE_VARINTS[n] if n < 64 else encode_varint(n)
 
 
 def read_control_record(buf, pos: int = 0) -> tuple[int, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -34,6 +35,9 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+# Producers and groups send the same few ids with every request: remember the answers (bounded, so a
+# flood of distinct ids cannot grow it without limit).
+@functools.lru_cache(maxsize=8192)
 def partition_for_key(key: str, num_partitions: int) -> int:
     """Kafka's ``Utils.abs(key.hashCode) % n``, used for both ``__transaction_state`` and
     ``__consumer_offsets`` (Utils.abs is Math.abs except that MIN_VALUE maps to 0; it must agree with

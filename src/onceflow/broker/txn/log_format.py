@@ -13,6 +13,7 @@ transaction version) survive a reload; we read both versions. Status numbers are
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -53,6 +54,7 @@ _EMPTY_STATUS = 0
 # -- key ---------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=8192)  # the same few ids are written again and again
 def encode_key(transactional_id: str) -> bytes:
     writer = SchemaWriter()
     writer.int16(KEY_VERSION)
@@ -72,29 +74,66 @@ def decode_key(buf: bytes) -> str:
 # -- value -------------------------------------------------------------------------------------------
 
 
+_VALUE_HEAD = struct.Struct(">hqhib")  # version, producerId, producerEpoch, timeoutMs, status
+_VALUE_TIMES = struct.Struct(">qq")  # lastUpdateTimestampMs, startTimestampMs
+_TAG_INT64 = struct.Struct(">BBq")  # tag, size 8, value (tags and sizes < 128: one-byte uvarints)
+_TAG_INT16 = struct.Struct(">BBh")
+
+
 def encode_value(value: TransactionLogValue, version: int = VALUE_VERSION) -> bytes:
+    return encode_value_fields(
+        value.producer_id,
+        value.producer_epoch,
+        value.transaction_timeout_ms,
+        value.transaction_status,
+        value.transaction_partitions,
+        value.transaction_last_update_timestamp_ms,
+        value.transaction_start_timestamp_ms,
+        value.previous_producer_id,
+        value.next_producer_id,
+        value.client_transaction_version,
+        version=version,
+    )
+
+
+def encode_value_fields(
+    producer_id: int,
+    producer_epoch: int,
+    transaction_timeout_ms: int,
+    transaction_status: int,
+    transaction_partitions: frozenset[TopicPartition],
+    transaction_last_update_timestamp_ms: int,
+    transaction_start_timestamp_ms: int,
+    previous_producer_id: int = NO_PRODUCER_ID,
+    next_producer_id: int = NO_PRODUCER_ID,
+    client_transaction_version: int = 0,
+    *,
+    version: int = VALUE_VERSION,
+) -> bytes:
+    """:func:`encode_value` from the fields themselves (the coordinator's path: no value object)."""
+    # Struct packing rather than field-by-field SchemaWriter calls: the coordinator writes one of
+    # these per state change, several per transaction.
     if version not in (0, 1):
         raise ValueError(f"TransactionLogValue version {version} is not supported (0 or 1)")
-    writer = SchemaWriter()
-    writer.int16(version)
-    writer.flexible = version >= 1
-    writer.int64(value.producer_id)
-    writer.int16(value.producer_epoch)
-    writer.int32(value.transaction_timeout_ms)
-    writer.int8(value.transaction_status)
-    _write_partitions(writer, value)
-    writer.int64(value.transaction_last_update_timestamp_ms)
-    writer.int64(value.transaction_start_timestamp_ms)
-    if writer.flexible:
-        tagged: list[tuple[int, bytes]] = []
-        if value.previous_producer_id != NO_PRODUCER_ID:
-            tagged.append((0, struct.pack(">q", value.previous_producer_id)))
-        if value.next_producer_id != NO_PRODUCER_ID:
-            tagged.append((1, struct.pack(">q", value.next_producer_id)))
-        if value.client_transaction_version != 0:
-            tagged.append((2, struct.pack(">h", value.client_transaction_version)))
-        writer.tagged_fields(tagged)
-    return writer.done()
+    flexible = version >= 1
+    empty = transaction_status == _EMPTY_STATUS
+    parts = [
+        _VALUE_HEAD.pack(version, producer_id, producer_epoch, transaction_timeout_ms, transaction_status),
+        # Kafka writes a null array for Empty.
+        _partitions_bytes(None if empty else transaction_partitions, flexible),
+        _VALUE_TIMES.pack(transaction_last_update_timestamp_ms, transaction_start_timestamp_ms),
+    ]
+    if flexible:
+        tagged = []
+        if previous_producer_id != NO_PRODUCER_ID:
+            tagged.append(_TAG_INT64.pack(0, 8, previous_producer_id))
+        if next_producer_id != NO_PRODUCER_ID:
+            tagged.append(_TAG_INT64.pack(1, 8, next_producer_id))
+        if client_transaction_version != 0:
+            tagged.append(_TAG_INT16.pack(2, 2, client_transaction_version))
+        parts.append(bytes((len(tagged),)))
+        parts.extend(tagged)
+    return b"".join(parts)
 
 
 def decode_value(buf: bytes | None) -> TransactionLogValue | None:
@@ -131,12 +170,15 @@ def decode_value(buf: bytes | None) -> TransactionLogValue | None:
     )
 
 
-def _write_partitions(writer: SchemaWriter, value: TransactionLogValue) -> None:
-    if value.transaction_status == _EMPTY_STATUS:
-        writer.array_len(None)  # Kafka writes a null array for Empty
-        return
+@functools.lru_cache(maxsize=1024)  # a producer's transactions usually span the same partitions
+def _partitions_bytes(partitions: frozenset[TopicPartition] | None, flexible: bool) -> bytes:
+    """The ``TransactionPartitions`` array (None: a null array), grouped by topic in sorted order."""
+    writer = SchemaWriter(flexible)
+    if partitions is None:
+        writer.array_len(None)
+        return writer.done()
     by_topic: dict[str, list[int]] = {}
-    for topic, partition in sorted(value.transaction_partitions):
+    for topic, partition in sorted(partitions):
         by_topic.setdefault(topic, []).append(partition)
     writer.array_len(len(by_topic))
     for topic, ids in by_topic.items():
@@ -144,8 +186,9 @@ def _write_partitions(writer: SchemaWriter, value: TransactionLogValue) -> None:
         writer.array_len(len(ids))
         for partition in ids:
             writer.int32(partition)
-        if writer.flexible:
+        if flexible:
             writer.tagged_fields([])  # none in the element
+    return writer.done()
 
 
 def _read_partitions(reader: SchemaReader) -> frozenset[TopicPartition]:

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,8 +33,8 @@ from onceflow.broker.txn.markers import TxnMarker
 from onceflow.broker.txn.pid_manager import ProducerIdManager
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
-from onceflow.protocol.record_codec import decode_batches, encode_batch
-from onceflow.protocol.records import build_control_batch, read_header
+from onceflow.protocol.record_codec import decode_batches
+from onceflow.protocol.records import build_one_record_batch, control_batch_for_append
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,6 @@ COORDINATOR_EPOCH = 0
 
 
 def _now_ms() -> int:
-    import time
-
     return time.time_ns() // 1_000_000
 
 
@@ -53,17 +52,29 @@ class TopicTransactionLog:
         self._topics = topics
         topic = topics.get(TRANSACTION_STATE_TOPIC)
         self.num_partitions = num_partitions if topic is None else len(topic.partitions)
+        # Partition objects by index, looked up once per topic object (a deleted and re-created
+        # topic is a new object, so the cache never hands out a stale partition).
+        self._topic: Any = None
+        self._partitions: dict[int, Any] = {}
 
     def _partition(self, partition: int) -> Any:
-        if self._topics.get(TRANSACTION_STATE_TOPIC) is None:
-            self._topics.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, internal=True)
-        return self._topics.get_partition(TRANSACTION_STATE_TOPIC, partition)
+        topic = self._topics.get(TRANSACTION_STATE_TOPIC)
+        if topic is None:
+            topic = self._topics.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, internal=True)
+        if topic is not self._topic:
+            self._topic, self._partitions = topic, {}
+        found = self._partitions.get(partition)
+        if found is None:
+            found = self._partitions[partition] = self._topics.get_partition(
+                TRANSACTION_STATE_TOPIC, partition
+            )
+        return found
 
     async def append(self, partition: int, key: bytes, value: bytes | None) -> None:
-        batch = bytearray(encode_batch([(key, value)], compression=0))
-        view = memoryview(batch)
+        # One record, uncompressed, no producer id: built with its header, nothing parsed back.
+        header, batch = build_one_record_batch(key, value, timestamp_ms=_now_ms())
         try:
-            self._partition(partition).append([(read_header(view), view)], origin=AppendOrigin.COORDINATOR)
+            self._partition(partition).append([(header, memoryview(batch))], origin=AppendOrigin.COORDINATOR)
         except OSError as exc:
             raise KafkaError(
                 f"{TRANSACTION_STATE_TOPIC}-{partition}: {exc}", ErrorCode.KAFKA_STORAGE_ERROR
@@ -110,17 +121,14 @@ def write_marker(
     it does not exist, or the log's error. A marker for a producer with no open transaction there (a
     re-sent marker) is accepted and completes nothing."""
     target = topics.get_partition(topic, partition)  # raises UnknownTopicOrPartition
-    batch = bytearray(
-        build_control_batch(
-            producer_id,
-            producer_epoch,
-            commit=commit,
-            coordinator_epoch=coordinator_epoch,
-            timestamp_ms=_now_ms(),
-        )
+    header, batch = control_batch_for_append(
+        producer_id,
+        producer_epoch,
+        commit=commit,
+        coordinator_epoch=coordinator_epoch,
+        timestamp_ms=_now_ms(),
     )
-    view = memoryview(batch)
-    target.append([(read_header(view), view)], origin=AppendOrigin.COORDINATOR)
+    target.append([(header, memoryview(batch))], origin=AppendOrigin.COORDINATOR)
     if topic == CONSUMER_OFFSETS_TOPIC and groups is not None:
         groups.on_txn_marker(producer_id, commit)
 

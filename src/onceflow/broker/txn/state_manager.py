@@ -16,7 +16,7 @@ from typing import Protocol
 
 from onceflow.broker.txn.config import TransactionConfig, partition_for_key
 from onceflow.broker.txn.errors import CoordinatorNotAvailable, InvalidTransactionTimeout
-from onceflow.broker.txn.log_format import decode_key, decode_value, encode_key, encode_value
+from onceflow.broker.txn.log_format import decode_key, decode_value, encode_key, encode_value_fields
 from onceflow.broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransition
 from onceflow.protocol.errors import (
     CoordinatorLoadInProgress,
@@ -80,6 +80,23 @@ def _append_error(exc: BaseException) -> KafkaError:
     if isinstance(exc, KafkaError):
         return exc
     return KafkaError(f"__transaction_state append failed: {exc!r}", ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+def _encoded_value(transition: TxnTransition) -> bytes:
+    """The ``__transaction_state`` value of ``transition`` (as ``encode_value(transition.to_log_value())``,
+    without the intermediate object)."""
+    return encode_value_fields(
+        transition.producer_id,
+        transition.producer_epoch,
+        transition.txn_timeout_ms,
+        transition.state.id,
+        transition.topic_partitions,
+        transition.txn_last_update_timestamp,
+        transition.txn_start_timestamp,
+        transition.previous_producer_id,
+        transition.next_producer_id,
+        transition.client_transaction_version,
+    )
 
 
 class TransactionStateManager:
@@ -165,7 +182,7 @@ class TransactionStateManager:
         """
         epoch = self._coordinator_epoch
         transactional_id = metadata.transactional_id
-        value = None if transition.state is TransactionState.DEAD else encode_value(transition.to_log_value())
+        value = None if transition.state is TransactionState.DEAD else _encoded_value(transition)
         try:
             await self._writer.append(
                 self.partition_for(transactional_id), encode_key(transactional_id), value
