@@ -1,17 +1,28 @@
 """Transactional vs idempotent produce, read_committed vs read_uncommitted consume, and onceflow's
 transactional produce vs Tansu's, side by side.
 
-    python bench/transactions.py [--quick] [--records N] [--rounds R]
+    python bench/transactions.py [--quick] [--records N] [--rounds R] [--producers P]
 
-A confluent-kafka producer sends N records of 1,000 bytes to one partition (acks=all, linger.ms=5,
-batch.size=1 MiB): once idempotent, once transactional with 1,000 records per transaction (begin,
-1,000 sends, commit). A confluent-kafka consumer then reads the transactional topic back with
+Produce: confluent-kafka producers send N records of 1,000 bytes (acks=all, linger.ms=5, batch.size
+1 MiB), once idempotent, once transactional with 1,000 records per transaction (begin, 1,000 sends,
+commit), measured two ways:
+
+- one producer to one partition. Each commit_transaction() is synchronous: it sends what is still
+  queued (with linger.ms=5 and 1,000 records produced in ~2 ms, that is the whole 1 MB) and waits
+  for EndTxn, while the idempotent producer keeps five requests in flight. This measures one
+  client's commit latency, not the broker's overhead per transaction; librdkafka's in-process mock
+  cluster (``mock.*``, C, no disk) runs the same loop as the reference for that latency floor.
+- P producers at once (threads, default 4), each with its own partition and transactional.id, N/P
+  records each: commits of one producer overlap the others' sends, so the ratio shows what the
+  transactions cost the broker per transaction — the quantity issue 4's target is about ("overhead
+  per transaction, not per record").
+
+A confluent-kafka consumer then reads the single-producer transactional topic back with
 read_uncommitted and with read_committed. Contenders run interleaved in ABBA order, at least three
 rounds. Reported: the medians with the broker's CPU seconds per GB, the ratios of the medians, the
 median of each round's own ratio (steadier when the machine's load drifts), and how long
-commit_transaction() took on each broker (median, p90). Targets (issue 4): transactional /
-idempotent >= 0.95 (overhead per transaction, not per record), read_committed / read_uncommitted >=
-0.95, onceflow / Tansu transactional >= 1.0.
+commit_transaction() took (median, p90). Targets (issue 4): transactional / idempotent >= 0.95,
+read_committed / read_uncommitted >= 0.95, onceflow / Tansu transactional >= 1.0.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -42,18 +54,29 @@ PRODUCER_CONF = {
 }
 
 
-def create_topic(bootstrap: str) -> str:
+MOCK = None  # ``bootstrap`` value meaning: librdkafka's mock cluster inside the producer's own handle
+
+
+def create_topic(bootstrap: str | None, partitions: int = 1) -> str:
     topic = f"bench-txn-{uuid.uuid4().hex[:8]}"
+    if bootstrap is MOCK:
+        return topic  # the mock cluster creates topics on first use
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout=30)
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(
+        timeout=30
+    )
     return topic
 
 
-def _send(producer: Producer, topic: str, payload: bytes, first: int, count: int) -> None:
+def _where(bootstrap: str | None) -> dict:
+    return {"test.mock.num.brokers": 1} if bootstrap is MOCK else {"bootstrap.servers": bootstrap}
+
+
+def _send(producer: Producer, topic: str, payload: bytes, first: int, count: int, partition: int) -> None:
     for i in range(first, first + count):
         while True:
             try:
-                producer.produce(topic, payload, key=b"%d" % i, partition=0)
+                producer.produce(topic, payload, key=b"%d" % i, partition=partition)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -61,29 +84,59 @@ def _send(producer: Producer, topic: str, payload: bytes, first: int, count: int
             producer.poll(0)
 
 
-def produce_idempotent(bootstrap: str, topic: str, records: int, payload: bytes) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, **PRODUCER_CONF})
-    _send(producer, topic, payload, 0, records)
+def produce_idempotent(
+    bootstrap: str | None, topic: str, records: int, payload: bytes, partition: int = 0
+) -> None:
+    producer = Producer({**_where(bootstrap), "enable.idempotence": True, **PRODUCER_CONF})
+    _send(producer, topic, payload, 0, records, partition)
     if producer.flush(120):
-        raise RuntimeError(f"idempotent produce to {bootstrap}: records left undelivered")
+        raise RuntimeError(f"idempotent produce to {bootstrap or 'mock'}: records left undelivered")
 
 
 def produce_transactional(
-    bootstrap: str, topic: str, records: int, payload: bytes, commit_seconds: list[float] | None = None
+    bootstrap: str | None,
+    topic: str,
+    records: int,
+    payload: bytes,
+    commit_seconds: list[float] | None = None,
+    partition: int = 0,
 ) -> None:
     """``commit_seconds`` collects how long each commit_transaction() took (flush of the last
     batches, then EndTxn): the per-transaction cost that idempotent produce does not pay."""
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": f"bench-{uuid.uuid4().hex[:8]}", **PRODUCER_CONF}
+        {**_where(bootstrap), "transactional.id": f"bench-{uuid.uuid4().hex[:8]}", **PRODUCER_CONF}
     )
     producer.init_transactions(30)
     for first in range(0, records, RECORDS_PER_TXN):
         producer.begin_transaction()
-        _send(producer, topic, payload, first, min(RECORDS_PER_TXN, records - first))
+        _send(producer, topic, payload, first, min(RECORDS_PER_TXN, records - first), partition)
         started = time.perf_counter()
         producer.commit_transaction(60)
         if commit_seconds is not None:
             commit_seconds.append(time.perf_counter() - started)
+
+
+def produce_concurrently(bootstrap: str, records: int, payload: bytes, producers: int, job) -> None:
+    """``producers`` threads, each running ``job(bootstrap, topic, records // producers, payload,
+    partition=k)`` on its own partition of one new topic; re-raises the first thread's error.
+    confluent-kafka releases the GIL while it waits (flush, commit), so one producer's commit overlaps
+    the others' sends."""
+    topic = create_topic(bootstrap, producers)
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            job(bootstrap, topic, records // producers, payload, partition=k)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(producers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 def consume(bootstrap: str, topic: str, records: int, isolation: str) -> None:
@@ -115,18 +168,25 @@ def consume(bootstrap: str, topic: str, records: int, isolation: str) -> None:
 
 
 def timed(samples: dict, key: str, broker, records: int, job) -> None:
-    with measure(broker.pid) as m:
+    """Run ``job`` and record its rate; ``broker`` None (the mock cluster, inside this process)
+    records no broker CPU."""
+    with measure(broker.pid if broker is not None else os.getpid()) as m:
         job()
     r = m.result
     samples.setdefault(key, {"rate": [], "cpu": []})
     samples[key]["rate"].append(records / r.seconds)
-    samples[key]["cpu"].append(r.broker_cpu_s / (records * RECORD_BYTES / 1e9))
+    if broker is not None:
+        samples[key]["cpu"].append(r.broker_cpu_s / (records * RECORD_BYTES / 1e9))
     progress(
-        f"  {key:32s} {records / r.seconds:>10,.0f} rec/s  broker {r.broker_cpu_s:6.2f} cpu-s  ({r.seconds:.2f} s)"
+        f"  {key:40s} {records / r.seconds:>10,.0f} rec/s"
+        + (f"  broker {r.broker_cpu_s:6.2f} cpu-s" if broker is not None else "")
+        + f"  ({r.seconds:.2f} s)"
     )
 
 
-def run_round(brokers: dict, records: int, payload: bytes, samples: dict, round_no: int) -> None:
+def run_round(
+    brokers: dict, records: int, payload: bytes, samples: dict, round_no: int, producers: int
+) -> None:
     """One round; the contenders' order flips every round (ABBA), so that a machine getting busier
     or quieter during the run does not favour whoever always goes first."""
     onceflow = brokers["onceflow"]
@@ -153,6 +213,24 @@ def run_round(brokers: dict, records: int, payload: bytes, samples: dict, round_
             lambda: produce_transactional(b, txn_topic, records, payload, commits.setdefault("onceflow", [])),
         )
 
+    def concurrent_idempotent() -> None:
+        timed(
+            samples,
+            f"onceflow.produce_idempotent.{producers}_producers",
+            onceflow,
+            records,
+            lambda: produce_concurrently(b, records, payload, producers, produce_idempotent),
+        )
+
+    def concurrent_transactional() -> None:
+        timed(
+            samples,
+            f"onceflow.produce_transactional.{producers}_producers",
+            onceflow,
+            records,
+            lambda: produce_concurrently(b, records, payload, producers, produce_transactional),
+        )
+
     def tansu_transactional() -> None:
         if "tansu" not in brokers:
             return
@@ -168,7 +246,25 @@ def run_round(brokers: dict, records: int, payload: bytes, samples: dict, round_
             ),
         )
 
-    order = [idempotent, transactional, tansu_transactional]
+    def mock_transactional() -> None:
+        timed(
+            samples,
+            "mock.produce_transactional",
+            None,
+            records,
+            lambda: produce_transactional(
+                MOCK, create_topic(MOCK), records, payload, commits.setdefault("mock", [])
+            ),
+        )
+
+    order = [
+        idempotent,
+        transactional,
+        concurrent_idempotent,
+        concurrent_transactional,
+        tansu_transactional,
+        mock_transactional,
+    ]
     for job in order if round_no % 2 else reversed(order):
         job()
     consumes = [("read_uncommitted", "onceflow.consume_read_uncommitted")]
@@ -183,10 +279,10 @@ def _paired(samples: dict, numerator: str, denominator: str) -> float:
     return round(median([a / b for a, b in pairs]), 3)
 
 
-def summarize(samples: dict, records: int, rounds: int, quick: bool) -> dict:
+def summarize(samples: dict, records: int, rounds: int, quick: bool, producers: int) -> dict:
     commit_s = samples.pop("commit_s", {})
     results = {key: round(median(s["rate"])) for key, s in samples.items()}
-    cpu = {key: round(median(s["cpu"]), 2) for key, s in samples.items()}
+    cpu = {key: round(median(s["cpu"]), 2) for key, s in samples.items() if s["cpu"]}
     commit_ms = {
         broker: {
             "median": round(median(times) * 1e3, 2),
@@ -195,30 +291,32 @@ def summarize(samples: dict, records: int, rounds: int, quick: bool) -> dict:
         for broker, times in commit_s.items()
         if times
     }
-    ratios = {
-        "onceflow transactional/idempotent": round(
-            results["onceflow.produce_transactional"] / results["onceflow.produce_idempotent"], 3
+    many = f"{producers}_producers"
+    pairs = {
+        f"onceflow transactional/idempotent, {producers} producers": (
+            f"onceflow.produce_transactional.{many}",
+            f"onceflow.produce_idempotent.{many}",
         ),
-        "onceflow read_committed/read_uncommitted": round(
-            results["onceflow.consume_read_committed"] / results["onceflow.consume_read_uncommitted"], 3
+        "onceflow transactional/idempotent, 1 producer": (
+            "onceflow.produce_transactional",
+            "onceflow.produce_idempotent",
+        ),
+        "mock transactional / onceflow idempotent, 1 producer": (
+            "mock.produce_transactional",
+            "onceflow.produce_idempotent",
+        ),
+        "onceflow read_committed/read_uncommitted": (
+            "onceflow.consume_read_committed",
+            "onceflow.consume_read_uncommitted",
+        ),
+        "transactional produce onceflow/tansu": (
+            "onceflow.produce_transactional",
+            "tansu.produce_transactional",
         ),
     }
-    if "tansu.produce_transactional" in results:
-        ratios["transactional produce onceflow/tansu"] = round(
-            results["onceflow.produce_transactional"] / results["tansu.produce_transactional"], 3
-        )
-    paired = {
-        "onceflow transactional/idempotent": _paired(
-            samples, "onceflow.produce_transactional", "onceflow.produce_idempotent"
-        ),
-        "onceflow read_committed/read_uncommitted": _paired(
-            samples, "onceflow.consume_read_committed", "onceflow.consume_read_uncommitted"
-        ),
-    }
-    if "tansu.produce_transactional" in results:
-        paired["transactional produce onceflow/tansu"] = _paired(
-            samples, "onceflow.produce_transactional", "tansu.produce_transactional"
-        )
+    pairs = {name: pair for name, pair in pairs.items() if pair[0] in results and pair[1] in results}
+    ratios = {name: round(results[a] / results[b], 3) for name, (a, b) in pairs.items()}
+    paired = {name: _paired(samples, a, b) for name, (a, b) in pairs.items()}
     return {
         "bench": "transactions",
         "unit": "records/s",
@@ -227,15 +325,17 @@ def summarize(samples: dict, records: int, rounds: int, quick: bool) -> dict:
         "ratios_paired_by_round": paired,
         "cpu_s_per_gb": cpu,
         "commit_transaction_ms": commit_ms,
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "params": {
             "records": records,
             "record_bytes": RECORD_BYTES,
             "records_per_txn": RECORDS_PER_TXN,
             "rounds": rounds,
             "quick": quick,
-            "partitions": 1,
+            "concurrent_producers": producers,
             "onceflow_storage": "disk (temp dir)",
             "tansu_storage": "memory",
+            "mock_storage": "memory, in the producer's process",
             "cpus": os.cpu_count(),
         },
     }
@@ -248,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller run, under 60 s")
     parser.add_argument("--records", type=int, help="records per contender per round")
     parser.add_argument("--rounds", type=int, help="rounds")
+    parser.add_argument("--producers", type=int, default=4, help="producers in the concurrent runs")
     args = parser.parse_args(argv)
     preset = QUICK if args.quick else FULL
     records = args.records or preset["records"]
@@ -258,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         samples: dict = {}
         for round_no in range(1, rounds + 1):
             progress(f"round {round_no}/{rounds}: {records:,} records of {RECORD_BYTES} bytes")
-            run_round(brokers, records, payload, samples, round_no)
-        result = summarize(samples, records, rounds, args.quick)
+            run_round(brokers, records, payload, samples, round_no, args.producers)
+        result = summarize(samples, records, rounds, args.quick, args.producers)
     finally:
         for broker in brokers.values():
             broker.stop()
