@@ -81,6 +81,15 @@ class FetchedPartition:
     aborted_transactions: list[tuple[int, int]] = field(default_factory=list)
 
 
+def finalized_feature_level(connections, name: str) -> int:
+    """The finalized level of feature ``name`` (0 if not finalized) in the ApiVersions answer with the
+    highest finalized-features epoch among ``connections``: as Kafka's client, trust the newest."""
+    newest = max(connections, key=lambda c: c.finalized_features_epoch, default=None)
+    if newest is None:
+        return 0
+    return newest.finalized_features.get(name, 0)
+
+
 def _raise_for(code: int, what: str, message: str | None = None) -> None:
     if code != ErrorCode.NONE:
         error = ErrorCode(code)
@@ -122,6 +131,10 @@ class AsyncClient:
             )
             self._connections[address] = conn
         return conn
+
+    def connections(self) -> list[Connection]:
+        """The open connections (for what their ApiVersions answers told, e.g. finalized features)."""
+        return [c for c in self._connections.values() if not c.closed]
 
     async def any_connection(self) -> Connection:
         """A connection to some bootstrap server, trying each in turn."""

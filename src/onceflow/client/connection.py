@@ -60,6 +60,8 @@ class Connection:
         self._correlation_ids = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future, type[ApiMessage], int]] = {}
         self._broker_versions: dict[int, tuple[int, int]] = {}
+        self.finalized_features: dict[str, int] = {}
+        self.finalized_features_epoch = -1
         self._closed_error: BaseException | None = None
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -135,6 +137,11 @@ class Connection:
         if response.error_code != ErrorCode.NONE:
             raise KafkaError(f"ApiVersions failed at {self.host}:{self.port}", ErrorCode(response.error_code))
         self._broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        # v3+: the cluster's finalized feature levels (KIP-584), e.g. transaction.version (KIP-890).
+        self.finalized_features = {
+            f.name: f.max_version_level for f in getattr(response, "finalized_features", None) or ()
+        }
+        self.finalized_features_epoch = getattr(response, "finalized_features_epoch", -1)
 
     async def send(self, request: ApiMessage, *, version: int | None = None) -> ApiMessage | None:
         """Send ``request`` and wait for its response (None for a Produce with acks=0)."""

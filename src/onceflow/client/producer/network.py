@@ -16,7 +16,7 @@ from collections.abc import Callable
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from onceflow.client.async_client import AsyncClient
+from onceflow.client.async_client import AsyncClient, finalized_feature_level
 from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.producer.errors import COORDINATOR_CODES
 from onceflow.protocol.errors import ErrorCode, KafkaError
@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+TRANSACTION_VERSION_FEATURE = "transaction.version"
 FIND_COORDINATOR_MAX_VERSION = 3  # v4+ batches keys; one key per call is all we need
 
 
@@ -124,6 +125,11 @@ class ProducerNetwork:
 
     async def any_connection(self) -> Connection:
         return await self.client.any_connection()
+
+    def transaction_version(self) -> int:
+        """The cluster's finalized ``transaction.version`` as our connections' ApiVersions told it."""
+        conns = [c for c in self._connections.values() if not c.closed] + self.client.connections()
+        return finalized_feature_level(conns, TRANSACTION_VERSION_FEATURE)
 
     # -- coordinators -------------------------------------------------------------------------------
 

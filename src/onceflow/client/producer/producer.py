@@ -422,6 +422,8 @@ class AsyncProducer:
         """Start a transaction (local: nothing is sent until the first record or offsets)."""
         self._require_transactional("begin_transaction")
         self.txn.transition(TxnEvent.BEGIN)
+        # KIP-890: this transaction's protocol, fixed until it ends (see TransactionManager).
+        self.txn.latch_transaction_version(self._network.transaction_version())
 
     async def send_offsets_to_transaction(self, offsets: Mapping, group_metadata) -> None:
         """Commit consumer offsets as part of the transaction: they become visible only if it commits.
@@ -433,7 +435,8 @@ class AsyncProducer:
         self.txn.check_can_send()
         group = _as_group_metadata(group_metadata)
         try:
-            await txn_requests.add_offsets_to_txn(self._network, self.txn, group.group_id, self.config)
+            if not self.txn.transaction_v2:  # v2: TxnOffsetCommit v5 adds the offsets partition itself
+                await txn_requests.add_offsets_to_txn(self._network, self.txn, group.group_id, self.config)
             self.txn.started_on_coordinator = True
             await txn_requests.txn_offset_commit(
                 self._network, self.txn, _as_offsets(offsets), group, self.config
@@ -453,7 +456,7 @@ class AsyncProducer:
             self.txn.check_not_failed("commit_transaction")
         try:
             if self.txn.started_on_coordinator:
-                await txn_requests.end_txn(self._network, self.txn, True, self.config)
+                self._adopt(await txn_requests.end_txn(self._network, self.txn, True, self.config))
         except KafkaError as exc:
             self._fail_transaction(exc)
             raise
@@ -470,17 +473,36 @@ class AsyncProducer:
             TransactionAbortedError("the transaction was aborted before this record was sent")
         )
         await self._sender.wait_idle()
+        # An empty transaction is unknown to the coordinator. Under the protocol v2 an abort that needs
+        # a new epoch (a lost or rejected sequence) still sends EndTxn: its epoch bump is the new epoch
+        # (Kafka's client no longer bumps with InitProducerId there).
+        v2_bump = self.txn.transaction_v2 and self.txn.epoch_bump_required
         try:
-            if self.txn.started_on_coordinator:  # an empty transaction is unknown to the coordinator
-                await txn_requests.end_txn(self._network, self.txn, False, self.config)
+            if self.txn.started_on_coordinator or v2_bump:
+                self._adopt(await txn_requests.end_txn(self._network, self.txn, False, self.config))
         except KafkaError as exc:
             self._fail_transaction(exc)
             raise
-        if self.txn.epoch_bump_required:
+        if self.txn.epoch_bump_required and not self.txn.transaction_v2:
             self.txn.transition(TxnEvent.BUMP_EPOCH)
             await self._init_producer_id()  # KIP-360: a new epoch, sequences from 0
         else:
             self.txn.transition(TxnEvent.ENDED)
+
+    def _adopt(self, producer: tuple[int, int] | None) -> None:
+        """After an EndTxn v5: the next transaction's producer id and epoch; sequences restart at 0."""
+        if producer is None:
+            return
+        producer_id, epoch = producer
+        if (producer_id, epoch) != (self.txn.producer_id, self.txn.producer_epoch):
+            log.debug(
+                "transactional.id %r: EndTxn gave producer id %d epoch %d",
+                self.txn.transactional_id,
+                producer_id,
+                epoch,
+            )
+        self.txn.set_producer(producer_id, epoch)  # also clears epoch_bump_required
+        self._sender.reset_sequences()
 
     def _fail_transaction(self, exc: KafkaError) -> None:
         event = TxnEvent.FAIL_FATAL if isinstance(exc, FatalProducerError) else TxnEvent.FAIL_ABORTABLE

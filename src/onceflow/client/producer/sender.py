@@ -57,6 +57,7 @@ _METADATA_ERRORS = frozenset(
     }
 )
 _MAX_EPOCH = 32767
+LAST_PRODUCE_VERSION_BEFORE_TV2 = 11
 
 
 class PartitionSequences:
@@ -272,15 +273,22 @@ class Sender:
             timeout_ms=self.config.request_timeout_ms,
             topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p) for t, p in topics.items()],
         )
+        version = None  # the highest both sides speak
+        if self.txn.is_transactional and not self.txn.transaction_v2:
+            # Produce v12+ means "the broker adds the partition" (KIP-890 part 2): a transaction of the
+            # protocol v1 adds its partitions with AddPartitionsToTxn and must stay below it.
+            version = min(conn.version_for(ProduceRequest), LAST_PRODUCE_VERSION_BEFORE_TV2)
         self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
         self._requests_sent += 1
         task = asyncio.get_running_loop().create_task(
-            self._send_request(node, conn, request, batches, self._requests_sent)
+            self._send_request(node, conn, request, batches, self._requests_sent, version)
         )
         self._request_tasks.add(task)
         task.add_done_callback(self._request_tasks.discard)
 
-    async def _send_request(self, node, conn, request, batches: list[ProducerBatch], number: int) -> None:
+    async def _send_request(
+        self, node, conn, request, batches: list[ProducerBatch], number: int, version: int | None = None
+    ) -> None:
         faults = self.faults
         try:
             try:
@@ -291,7 +299,9 @@ class Sender:
                     await asyncio.sleep(self.request_timeout_s)
                     raise KafkaError("request lost (client fault drop-request)", ErrorCode.REQUEST_TIMED_OUT)
                 started = time.monotonic()
-                response = await conn.send(request)
+                response = await (
+                    conn.send(request) if version is None else conn.send(request, version=version)
+                )
                 if faults is not None and faults.fires(DROP_RESPONSE, number):
                     log.info("fault %s: response to Produce request #%d ignored", DROP_RESPONSE, number)
                     await asyncio.sleep(max(0.0, self.request_timeout_s - (time.monotonic() - started)))

@@ -16,6 +16,12 @@ refused before anything is sent. The states are Kafka's (``TransactionManager.St
 Besides the state it keeps the transaction's bookkeeping: the producer id and epoch, the partitions
 already added on the coordinator (AddPartitionsToTxn) and those waiting to be added, and why the
 transaction can no longer commit.
+
+Transaction protocol v2 (KIP-890 part 2) is chosen per transaction, at begin_transaction(), from the
+cluster's finalized ``transaction.version`` (>= 2), and kept until the transaction ends, as Kafka's
+client does, so a feature change never switches protocols mid-transaction. Under v2 a partition
+counts as added as soon as a record goes to it (Produce v12 adds it on the broker), and EndTxn v5
+answers the producer id and epoch of the next transaction (the epoch goes up by one every time).
 """
 
 from __future__ import annotations
@@ -95,6 +101,7 @@ class TransactionManager:
         self.last_error: BaseException | None = None
         self.epoch_bump_required = False  # KIP-360: bump after the abort
         self.started_on_coordinator = False  # partitions or offsets were added: EndTxn is needed
+        self.transaction_v2 = False  # this transaction uses the transaction protocol v2 (KIP-890)
 
     @property
     def is_transactional(self) -> bool:
@@ -150,8 +157,18 @@ class TransactionManager:
 
     # -- partitions in the transaction -------------------------------------------------------------
 
+    def latch_transaction_version(self, finalized_level: int) -> None:
+        """Fix the protocol of the next transaction from the cluster's ``transaction.version``."""
+        self.transaction_v2 = finalized_level >= 2
+
     def maybe_add_partition(self, tp: tuple[str, int]) -> None:
-        if self.is_transactional and tp not in self.added:
+        if not self.is_transactional or tp in self.added:
+            return
+        if self.transaction_v2:
+            # Produce v12 adds it on the broker: nothing to send first, but EndTxn is now needed.
+            self.added.add(tp)
+            self.started_on_coordinator = True
+        else:
             self.pending.add(tp)
 
     def is_partition_added(self, tp: tuple[str, int]) -> bool:

@@ -36,9 +36,13 @@ log = logging.getLogger(__name__)
 # unstable (two-phase commit) in Kafka 4.
 ADD_PARTITIONS_MAX_VERSION = 3
 INIT_PRODUCER_ID_MAX_VERSION = 5
-# EndTxn v5 opts into KIP-890's transaction protocol v2 (an epoch bump at every commit, partitions added
-# by Produce itself); we speak v1: explicit AddPartitionsToTxn, one epoch per producer session.
-END_TXN_MAX_VERSION = 4
+# EndTxn v5 and TxnOffsetCommit v5 are KIP-890's transaction protocol v2 (an epoch bump at every EndTxn,
+# partitions and the offsets partition added by the broker); a transaction of the protocol v1 (explicit
+# AddPartitionsToTxn / AddOffsetsToTxn, one epoch per producer session) stays below them, as Kafka's
+# client does. Which one a transaction uses is TransactionManager.transaction_v2.
+END_TXN_V1_MAX_VERSION = 4
+END_TXN_V2_VERSION = 5
+TXN_OFFSET_COMMIT_V1_MAX_VERSION = 4
 _RETRIED = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS})
 
 
@@ -221,6 +225,8 @@ async def txn_offset_commit(
         first_error,
         what="TxnOffsetCommit",
         deadline=_deadline(config),
+        # v5 makes the group coordinator add __consumer_offsets to the transaction itself (TV2).
+        max_version=None if txn.transaction_v2 else TXN_OFFSET_COMMIT_V1_MAX_VERSION,
         retry_codes=_RETRIED | {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION},
     )
     code = ErrorCode(first_error(response))
@@ -237,7 +243,15 @@ async def txn_offset_commit(
     raise _classify(code, f"committing offsets of group {group.group_id!r} in the transaction")
 
 
-async def end_txn(network: ProducerNetwork, txn: TransactionManager, commit: bool, config) -> None:
+async def end_txn(
+    network: ProducerNetwork, txn: TransactionManager, commit: bool, config
+) -> tuple[int, int] | None:
+    """EndTxn. Under the transaction protocol v2 returns the producer id and epoch the coordinator
+    gave the next transaction (epoch + 1, or a new producer id at epoch 0 once the epoch is exhausted);
+    the caller adopts them. A retry after a lost answer carries the old epoch: the coordinator
+    recognises it (KAFKA-17754) and answers the same new producer id and epoch."""
+    tv2 = txn.transaction_v2
+    what = "commit_transaction" if commit else "abort_transaction"
     response = await network.coordinator_request(
         KEY_TYPE_TRANSACTION,
         txn.transactional_id,
@@ -250,9 +264,21 @@ async def end_txn(network: ProducerNetwork, txn: TransactionManager, commit: boo
         lambda r: r.error_code,
         what="EndTxn",
         deadline=_deadline(config),
-        max_version=END_TXN_MAX_VERSION,
+        max_version=END_TXN_V2_VERSION if tv2 else END_TXN_V1_MAX_VERSION,
         retry_codes=_RETRIED,
     )
     code = ErrorCode(response.error_code)
-    if code != ErrorCode.NONE:
-        raise _classify(code, "commit_transaction" if commit else "abort_transaction")
+    if code == ErrorCode.NONE:
+        producer_id = getattr(response, "producer_id", None)
+        if tv2 and producer_id is not None and producer_id >= 0:  # absent below v5
+            return response.producer_id, response.producer_epoch
+        return None
+    if tv2 and code in _FATAL_END_TXN_V2:
+        raise fatal_error_for(code, what)
+    raise _classify(code, what)
+
+
+# Kafka's TransactionManager treats these EndTxn answers as fatal; under the protocol v2 we do as it
+# does (an INVALID_TXN_STATE there means the coordinator and producer disagree on which transaction
+# is open, which no retry or abort can repair). The protocol v1 keeps its earlier, abortable answer.
+_FATAL_END_TXN_V2 = FATAL_CODES | {ErrorCode.INVALID_TXN_STATE}
