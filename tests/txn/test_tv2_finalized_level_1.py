@@ -155,3 +155,14 @@ def test_offsets_keep_add_offsets_to_txn_under_the_protocol_v1(broker, monkeypat
     offsets = asyncio.run(run())
     assert calls == [group]
     assert offsets[TP(topic, 0)].offset == 7
+
+
+def test_transaction_version_setting_is_checked(tmp_path):
+    import click
+
+    from onceflow.cli.serve import broker_config
+
+    config = broker_config("127.0.0.1", 0, tmp_path, {}, {"transaction.version": "1"})
+    assert config.transaction_version == 1
+    with pytest.raises(click.BadParameter, match="transaction.version must be 0..2"):
+        broker_config("127.0.0.1", 0, tmp_path, {}, {"transaction.version": "3"})
