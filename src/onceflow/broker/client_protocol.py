@@ -1,13 +1,16 @@
-"""The asyncio side of one client connection: reads into the sans-IO ``Connection``, runs one task per
-request, writes the answers in request order.
+"""The asyncio side of one client connection: reads into the sans-IO ``Connection``, runs each request's
+handler, writes the answers in request order.
 
 A ``BufferedProtocol`` rather than streams: the event loop reads straight into the connection's
-buffers (see ``connection``), and a response is written from the request task's done callback, not
-by a writer task woken through a queue, so a request costs one task and no extra event-loop hops.
+buffers (see ``connection``). Handlers start eagerly: each runs as soon as its request is read, up to
+its first real suspension. Most never suspend (every log append is synchronous), so their answer is
+written right away, with no task and no extra event-loop pass; a handler that does suspend continues
+in a task, and its answer is written from the task's done callback, not by a writer task woken
+through a queue.
 
-Ordering: tasks are created in request order and the loop starts them in that order, so a handler
-that changes state before its first ``await`` (Produce) applies pipelined requests in order; answers
-leave strictly in request order because only the head of ``_pending`` is ever written.
+Ordering: handlers start in request order, so a handler that changes state before its first
+``await`` (Produce) applies pipelined requests in order; answers leave strictly in request order
+because only the head of ``_pending`` is ever written.
 
 Backpressure: with ``MAX_QUEUED_REQUESTS`` requests unanswered, or while the transport's write buffer
 is above its high-water mark (``pause_writing``), we stop reading and stop writing further answers;
@@ -21,9 +24,11 @@ still running are cancelled and nothing more is written.
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import contextlib
 import logging
 import socket
+import sys
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
@@ -48,6 +53,47 @@ API_VERSIONS_KEY = 18
 Dispatch = Callable[[RequestReceived], Coroutine[Any, Any, "bytes | bytearray | None"]]
 
 
+# Python 3.12+ starts a task eagerly itself (and then the handler runs inside a task, as
+# asyncio.timeout needs); before, _start steps the coroutine by hand.
+_EAGER_TASKS = sys.version_info >= (3, 12)
+
+
+class _Resumed(collections.abc.Coroutine):
+    """The rest of a coroutine whose first step already ran and yielded ``yielded`` (the future it
+    waits for), as a coroutine a task can drive: the task's first step gets ``yielded``; everything
+    after, a cancellation before that first step included, goes to the coroutine itself."""
+
+    __slots__ = ("_coro", "_yielded", "_started")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+        self._coro = coro
+        self._yielded = yielded
+        self._started = False
+
+    def send(self, value: Any) -> Any:
+        if not self._started:
+            self._started = True
+            yielded, self._yielded = self._yielded, None
+            return yielded
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._started = True
+        self._yielded = None
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def __await__(self) -> Any:
+        return self
+
+
 class ClientProtocol(asyncio.BufferedProtocol):
     """One accepted connection. ``closed`` is a future done once the transport is gone."""
 
@@ -65,8 +111,9 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self._on_close = on_close
         self._transport: Any = None
         self._peer: Any = None
-        # Unanswered requests in request order: a task, or an answer already known (bytes).
-        self._pending: deque[asyncio.Task | bytes | bytearray] = deque()
+        # Unanswered requests in request order: a future (a task, or a handler's failure), or an
+        # answer already known (bytes; None for a request answered with nothing).
+        self._pending: deque[asyncio.Future | bytes | bytearray | None] = deque()
         self._reading_paused = False
         self._writing_paused = False
         self._closing = False
@@ -102,7 +149,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
             log.debug("connection from %s ended: %r", self._peer, exc)
         self._closing = True
         for item in self._pending:
-            if not isinstance(item, asyncio.Task):
+            if not isinstance(item, asyncio.Future):
                 continue
             if not item.done():
                 item.cancel()
@@ -133,6 +180,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
     def _read_events(self) -> None:
         """Start a task for each complete request while there is room, then pause or resume reading."""
         connection = self._connection
+        finished_now = False
         while not self._closing and len(self._pending) < MAX_QUEUED_REQUESTS:
             event = connection.next_event()
             if event is NEED_DATA:
@@ -151,10 +199,38 @@ class ClientProtocol(asyncio.BufferedProtocol):
                 self._write_ready()
                 continue
             assert isinstance(event, RequestReceived)
-            task = asyncio.ensure_future(self._dispatch(event))
-            task.add_done_callback(self._request_done)
-            self._pending.append(task)
+            answer = self._start(event)
+            self._pending.append(answer)
+            if not isinstance(answer, asyncio.Future) or answer.done():
+                finished_now = True
+        if finished_now:
+            self._write_ready()
         self._update_reading()
+
+    def _start(self, event: RequestReceived) -> asyncio.Future | bytes | bytearray | None:
+        """Run the request's handler up to its first real suspension, here and now (an "eager" start:
+        most handlers never suspend, and then no task is made); a handler still running continues in
+        a task. Returns the answer, or a future of it."""
+        coro = self._dispatch(event)
+        if _EAGER_TASKS:
+            task = asyncio.Task(coro, eager_start=True)  # type: ignore[call-arg]
+            if not task.done():
+                task.add_done_callback(self._request_done)
+            return task
+        try:
+            yielded = coro.send(None)
+        except StopIteration as finished:
+            return finished.value
+        except (Exception, asyncio.CancelledError) as exc:
+            failed = asyncio.get_running_loop().create_future()
+            if isinstance(exc, asyncio.CancelledError):
+                failed.cancel()
+            else:
+                failed.set_exception(exc)
+            return failed
+        task = asyncio.get_running_loop().create_task(_Resumed(coro, yielded))
+        task.add_done_callback(self._request_done)
+        return task
 
     def _update_reading(self) -> None:
         if self._closing or self._transport is None:
@@ -167,7 +243,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
             self._reading_paused = False
             self._transport.resume_reading()
 
-    def _request_done(self, _task: asyncio.Task) -> None:
+    def _request_done(self, _task: asyncio.Future) -> None:
         if self._closing:
             return
         was_full = len(self._pending) >= MAX_QUEUED_REQUESTS
@@ -181,7 +257,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
         transport = self._transport
         while pending and not self._writing_paused and not self._closing:
             head = pending[0]
-            if isinstance(head, asyncio.Task):
+            if isinstance(head, asyncio.Future):
                 if not head.done():
                     return
                 pending.popleft()

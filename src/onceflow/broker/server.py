@@ -1,11 +1,11 @@
 """The asyncio broker: accepts connections, frames requests, dispatches them to handlers, answers in order.
 
 Each accepted connection is a ``client_protocol.ClientProtocol``: it reads straight into the sans-IO
-``Connection`` and starts one task per request, which runs ``Broker._dispatch``; answers are written
-in request order as the tasks finish, so a long-polling Fetch never delays other connections, and
-responses on one connection keep request order (Kafka's contract). Tasks start in the order they
-were created, and handlers that change state (Produce) do so before their first ``await``, so appends
-also happen in request order.
+``Connection`` and runs ``Broker._dispatch`` for each request as soon as it is read, up to the
+handler's first suspension (a handler that suspends, such as a long-polling Fetch, goes on in a task
+and never delays other connections); answers are written in request order (Kafka's contract).
+Handlers start in request order, and handlers that change state (Produce) do so before their first
+``await``, so appends also happen in request order.
 
 A handler returning ``None`` sends no response (acks=0 produce, dropped-response fault): later
 responses still go out in order.
