@@ -94,6 +94,8 @@ class Partition:
         self._waiters.discard(waiter)
 
     def notify_new_data(self) -> None:
+        if not self._waiters:
+            return  # the usual case: nobody long-polls this partition right now
         waiters, self._waiters = self._waiters, set()
         for waiter in waiters:
             if not waiter.done():

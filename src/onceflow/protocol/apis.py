@@ -217,14 +217,49 @@ class _ResponseHeader:
         return encoded + b"\x00" if flexible else encoded
 
 
+# Responses of a few scalars whose values repeat request after request (an EndTxn v0-4 answer is
+# NONE, -1, -1 at every commit; Heartbeat and AddOffsetsToTxn mostly NONE): their body is encoded once
+# per distinct (version, values) and reused; only the header is written per response. (InitProducerId
+# and SyncGroup are flat too but their values differ every time.)
+_REUSED_BODY_FIELDS: dict[type, tuple[str, ...]] = {
+    RESPONSE_CLASSES[key]: tuple(RESPONSE_CLASSES[key]._struct.fields) for key in (12, 25, 26)
+}
+_REUSED_BODIES_MAX = 1024  # distinct bodies kept (then the table starts afresh)
+_reused_bodies: dict[tuple, bytes] = {}
+_SIZE_AND_CORRELATION_ID = struct.Struct(">ii")
+
+
 def encode_response(response: ApiMessage, correlation_id: int, api_version: int) -> bytearray:
     """The framed bytes (size prefix, header, body) of ``response`` at ``api_version``."""
+    fields = _REUSED_BODY_FIELDS.get(type(response))
+    if fields is not None:
+        return _encode_with_reused_body(response, fields, correlation_id, api_version)
     # kafka-python quirks: the version must be set before the header (setting it updates the header),
     # and encode wants both; drop any header the response already had.
     response._header = None
     response.API_VERSION = api_version
     response._header = _ResponseHeader(correlation_id)
     return response.encode(header=True, framed=True)
+
+
+def _encode_with_reused_body(
+    response: ApiMessage, fields: tuple[str, ...], correlation_id: int, api_version: int
+) -> bytearray:
+    key = (type(response), api_version, *[getattr(response, name) for name in fields])
+    body = _reused_bodies.get(key)
+    if body is None:
+        response._header = None
+        body = bytes(response.encode(version=api_version))
+        if len(_reused_bodies) >= _REUSED_BODIES_MAX:
+            _reused_bodies.clear()
+        _reused_bodies[key] = body
+    flexible = response.flexible_version_q(api_version)
+    header_size = 5 if flexible else 4  # correlation id, then an empty tagged-field section if flexible
+    out = bytearray(_SIZE_AND_CORRELATION_ID.pack(header_size + len(body), correlation_id))
+    if flexible:
+        out.append(0)
+    out += body
+    return out
 
 
 def unsupported_api_versions_response(correlation_id: int, min_version: int, max_version: int) -> bytearray:
