@@ -1,9 +1,10 @@
 """encode_response reuses the encoded body of small repeating responses (Heartbeat, AddOffsetsToTxn,
-EndTxn): the framed bytes must equal kafka-python's own encoding at every version, for every value."""
+EndTxn, AddPartitionsToTxn v0-3): the framed bytes must equal kafka-python's own encoding at every
+version, for every value, and a body is never reused for different values."""
 
 import pytest
 from kafka.protocol.consumer.group import HeartbeatResponse
-from kafka.protocol.producer import AddOffsetsToTxnResponse, EndTxnResponse
+from kafka.protocol.producer import AddOffsetsToTxnResponse, AddPartitionsToTxnResponse, EndTxnResponse
 
 from onceflow.protocol import apis
 
@@ -67,3 +68,37 @@ def test_answers_decode_with_the_values_they_were_given():
     decoded = EndTxnResponse.decode(bytes(framed[body_start:]), version=5)
     assert (decoded.producer_id, decoded.producer_epoch, decoded.error_code) == (77, 5, 0)
     assert int.from_bytes(framed[4:8], "big") == 42 and int.from_bytes(framed[:4], "big") == len(framed) - 4
+
+
+_TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+_PartitionResult = _TopicResult.AddPartitionsToTxnPartitionResult
+
+
+def _add_partitions(results: dict[str, list[tuple[int, int]]]) -> AddPartitionsToTxnResponse:
+    return AddPartitionsToTxnResponse(
+        throttle_time_ms=0,
+        results_by_topic_v3_and_below=[
+            _TopicResult(
+                name=name,
+                results_by_partition=[
+                    _PartitionResult(partition_index=p, partition_error_code=c) for p, c in parts
+                ],
+            )
+            for name, parts in results.items()
+        ],
+    )
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_add_partitions_answers_reuse_bodies_only_for_identical_results(version):
+    shapes = [
+        {"orders": [(0, 0)]},
+        {"orders": [(0, 0)]},
+        {"orders": [(1, 0)]},  # another partition
+        {"orders": [(0, 51)]},  # another code
+        {"orders": [(0, 0), (1, 0)], "payments": [(3, 0)]},
+        {"ordersX": [(0, 0)]},  # another topic
+    ]
+    for cid, shape in enumerate(shapes):
+        ours = apis.encode_response(_add_partitions(shape), cid, version)
+        assert bytes(ours) == _kafka_python_bytes(_add_partitions(shape), cid, version)

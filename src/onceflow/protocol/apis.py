@@ -16,7 +16,9 @@ Nothing here touches sockets; the broker's ``connection`` module frames bytes wi
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import kafka.protocol.admin as _admin
 import kafka.protocol.consumer as _consumer
@@ -217,12 +219,38 @@ class _ResponseHeader:
         return encoded + b"\x00" if flexible else encoded
 
 
-# Responses of a few scalars whose values repeat request after request (an EndTxn v0-4 answer is
-# NONE, -1, -1 at every commit; Heartbeat and AddOffsetsToTxn mostly NONE): their body is encoded once
-# per distinct (version, values) and reused; only the header is written per response. (InitProducerId
-# and SyncGroup are flat too but their values differ every time.)
-_REUSED_BODY_FIELDS: dict[type, tuple[str, ...]] = {
-    RESPONSE_CLASSES[key]: tuple(RESPONSE_CLASSES[key]._struct.fields) for key in (12, 25, 26)
+# Small responses whose values repeat request after request (an EndTxn v0-4 answer is NONE, -1, -1
+# at every commit; a producer's AddPartitionsToTxn answers NONE for the same partition each
+# transaction; Heartbeat and AddOffsetsToTxn mostly NONE): their body is encoded once per distinct
+# (version, values) and reused; only the header is written per response. Each class has a function
+# giving the values that decide its body (None: not reused).
+
+
+def _flat_values(fields: tuple[str, ...]) -> Callable[[Any, int], tuple | None]:
+    def values(response: Any, _version: int) -> tuple:
+        return tuple([getattr(response, name) for name in fields])
+
+    return values
+
+
+def _add_partitions_values(response: Any, version: int) -> tuple | None:
+    if version >= 4:
+        return None  # the batched (broker-to-broker) form: varied, left to kafka-python each time
+    return (
+        response.throttle_time_ms,
+        *[
+            (topic.name, *[(p.partition_index, p.partition_error_code) for p in topic.results_by_partition])
+            for topic in response.results_by_topic_v3_and_below
+        ],
+    )
+
+
+_REUSED_BODY_VALUES: dict[type, Callable[[Any, int], tuple | None]] = {
+    **{
+        RESPONSE_CLASSES[key]: _flat_values(tuple(RESPONSE_CLASSES[key]._struct.fields))
+        for key in (12, 25, 26)  # Heartbeat, AddOffsetsToTxn, EndTxn: a few scalars
+    },
+    RESPONSE_CLASSES[24]: _add_partitions_values,
 }
 _REUSED_BODIES_MAX = 1024  # distinct bodies kept (then the table starts afresh)
 _reused_bodies: dict[tuple, bytes] = {}
@@ -231,9 +259,11 @@ _SIZE_AND_CORRELATION_ID = struct.Struct(">ii")
 
 def encode_response(response: ApiMessage, correlation_id: int, api_version: int) -> bytearray:
     """The framed bytes (size prefix, header, body) of ``response`` at ``api_version``."""
-    fields = _REUSED_BODY_FIELDS.get(type(response))
-    if fields is not None:
-        return _encode_with_reused_body(response, fields, correlation_id, api_version)
+    values_of = _REUSED_BODY_VALUES.get(type(response))
+    if values_of is not None:
+        values = values_of(response, api_version)
+        if values is not None:
+            return _encode_with_reused_body(response, values, correlation_id, api_version)
     # kafka-python quirks: the version must be set before the header (setting it updates the header),
     # and encode wants both; drop any header the response already had.
     response._header = None
@@ -243,9 +273,9 @@ def encode_response(response: ApiMessage, correlation_id: int, api_version: int)
 
 
 def _encode_with_reused_body(
-    response: ApiMessage, fields: tuple[str, ...], correlation_id: int, api_version: int
+    response: ApiMessage, values: tuple, correlation_id: int, api_version: int
 ) -> bytearray:
-    key = (type(response), api_version, *[getattr(response, name) for name in fields])
+    key = (type(response), api_version, values)
     body = _reused_bodies.get(key)
     if body is None:
         response._header = None
