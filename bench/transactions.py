@@ -68,6 +68,15 @@ def create_topic(bootstrap: str | None, partitions: int = 1) -> str:
     return topic
 
 
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Drop a measured topic at once. This VM pays heavily for page cache that grows into memory it
+    has not touched yet (a run writes several GB; from the second GB on, the same 200 MB produce
+    costs the broker ~4x the CPU), so each contender's data is deleted after its phase and every
+    phase writes into recycled pages, not into the machine's memory growth."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(timeout=30)
+
+
 def _where(bootstrap: str | None) -> dict:
     return {"test.mock.num.brokers": 1} if bootstrap is MOCK else {"bootstrap.servers": bootstrap}
 
@@ -116,12 +125,13 @@ def produce_transactional(
             commit_seconds.append(time.perf_counter() - started)
 
 
-def produce_concurrently(bootstrap: str, records: int, payload: bytes, producers: int, job) -> None:
+def produce_concurrently(
+    bootstrap: str, topic: str, records: int, payload: bytes, producers: int, job
+) -> None:
     """``producers`` threads, each running ``job(bootstrap, topic, records // producers, payload,
     partition=k)`` on its own partition of one new topic; re-raises the first thread's error.
     confluent-kafka releases the GIL while it waits (flush, commit), so one producer's commit overlaps
     the others' sends."""
-    topic = create_topic(bootstrap, producers)
     errors: list[BaseException] = []
 
     def run(k: int) -> None:
@@ -203,6 +213,7 @@ def run_round(
             records,
             lambda: produce_idempotent(b, idem_topic, records, payload),
         )
+        delete_topic(b, idem_topic)
 
     def transactional() -> None:
         timed(
@@ -214,22 +225,26 @@ def run_round(
         )
 
     def concurrent_idempotent() -> None:
+        topic = create_topic(b, producers)
         timed(
             samples,
             f"onceflow.produce_idempotent.{producers}_producers",
             onceflow,
             records,
-            lambda: produce_concurrently(b, records, payload, producers, produce_idempotent),
+            lambda: produce_concurrently(b, topic, records, payload, producers, produce_idempotent),
         )
+        delete_topic(b, topic)
 
     def concurrent_transactional() -> None:
+        topic = create_topic(b, producers)
         timed(
             samples,
             f"onceflow.produce_transactional.{producers}_producers",
             onceflow,
             records,
-            lambda: produce_concurrently(b, records, payload, producers, produce_transactional),
+            lambda: produce_concurrently(b, topic, records, payload, producers, produce_transactional),
         )
+        delete_topic(b, topic)
 
     def tansu_transactional() -> None:
         if "tansu" not in brokers:
@@ -245,6 +260,7 @@ def run_round(
                 tansu.bootstrap, t_topic, records, payload, commits.setdefault("tansu", [])
             ),
         )
+        delete_topic(tansu.bootstrap, t_topic)
 
     def mock_transactional() -> None:
         timed(
@@ -271,6 +287,7 @@ def run_round(
     consumes.append(("read_committed", "onceflow.consume_read_committed"))
     for isolation, key in consumes if round_no % 2 else reversed(consumes):
         timed(samples, key, onceflow, records, lambda iso=isolation: consume(b, txn_topic, records, iso))
+    delete_topic(b, txn_topic)
 
 
 def _paired(samples: dict, numerator: str, denominator: str) -> float:
