@@ -146,6 +146,54 @@ def test_stable_group_offsets_do_not_expire(h):
     assert h.coord.expire_offsets() == 0
 
 
+def _subscription(*topics):
+    from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+
+    return bytes(
+        ConsumerProtocolSubscription(
+            topics=list(topics), user_data=b"", owned_partitions=[], version=1
+        ).encode()
+    )
+
+
+def _keep_alive(h, r, ms):
+    """Advance the clock by ``ms`` while the member heartbeats, so the group stays Stable."""
+    step = SESSION_MS // 2
+    for _ in range(ms // step):
+        h.clock.advance(step)
+        assert h.coord.heartbeat("g", r.member_id, None, r.generation_id) is E.NONE
+    h.clock.advance(ms % step)
+    assert h.coord.heartbeat("g", r.member_id, None, r.generation_id) is E.NONE
+
+
+def test_stable_group_keeps_subscribed_offsets_and_expires_the_others():
+    """KIP-496: a Stable consumer group's offsets of topics nobody subscribes to any more expire
+    retention after their commit; the subscribed topic's never do while the group lives."""
+    h = Harness(offsets_retention_minutes=1)
+    r = h.stable_single(protocols=(("range", _subscription("t")),))
+    commit(h, {TP0: 4, ("old", 0): 2}, member=r.member_id, generation=r.generation_id)
+    retention = h.config.offsets_retention_ms
+    _keep_alive(h, r, retention - 1)
+    assert h.coord.expire_offsets() == 0
+    _keep_alive(h, r, 1)
+    assert h.coord.expire_offsets() == 1
+    assert fetched(h) == {TP0: (4, E.NONE)}
+    assert h.coord.group("g").state.kafka_name == "Stable"
+    _keep_alive(h, r, 3 * retention)
+    assert h.coord.expire_offsets() == 0
+    h.restart()  # the tombstone is in __consumer_offsets: the expired offset stays gone
+    assert fetched(h) == {TP0: (4, E.NONE)}
+
+
+def test_stable_group_with_an_unreadable_subscription_expires_nothing():
+    h = Harness(offsets_retention_minutes=1)
+    r = h.stable_single(protocols=(("range", b"not a subscription"),))
+    commit(h, {("old", 0): 2}, member=r.member_id, generation=r.generation_id)
+    _keep_alive(h, r, 2 * h.config.offsets_retention_ms)
+    assert h.coord.expire_offsets() == 0
+    assert fetched(h) == {("old", 0): (2, E.NONE)}
+
+
 def test_delete_groups(h):
     r = h.stable_single()
     commit(h, {TP0: 4}, member=r.member_id, generation=1)

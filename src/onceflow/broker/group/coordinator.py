@@ -490,23 +490,43 @@ class GroupCoordinator:
         log.info("group %s deleted", group.group_id)
 
     def expire_offsets(self) -> int:
-        """offsets.retention.minutes: drop the offsets of groups that have been empty that long
-        (groups without group management: offsets not committed for that long). An empty group
-        left with no offsets is deleted. Returns how many offsets expired."""
+        """offsets.retention.minutes, with Kafka's three cases (KIP-211, KIP-496):
+
+        - an Empty group with group management: every offset expires ``retention`` after the group
+          became Empty (members keep their offsets alive while they exist);
+        - a group without group management (standalone commits): each offset ``retention`` after
+          its commit;
+        - a Stable consumer-protocol group: offsets of topics no member subscribes to any more,
+          ``retention`` after their commit (KIP-496); if a subscription can't be read, none.
+
+        An explicit expire timestamp (OffsetCommit v1) wins over all of them. An Empty group left
+        with no offsets is deleted. Returns how many offsets expired."""
         if self.loading:
             return 0
         now = self._scheduler.now_ms()
         retention = self.config.offsets_retention_ms
         expired_total = 0
         for group in list(self._groups.values()):
-            if not group.is_in(S.EMPTY):
+            empty = group.is_in(S.EMPTY)
+            still_subscribed: set[str] = set()
+            if empty:
+                since_empty = group.current_state_timestamp if group.protocol_type is not None else None
+            elif group.protocol_type == "consumer" and group.is_in(S.STABLE):
+                since_empty = None
+                subscribed = subscribed_topics(group)
+                if subscribed is None:
+                    continue
+                still_subscribed = subscribed
+            else:
                 continue
             expired = []
             for tp, value in self._offsets.all_for(group.group_id).items():
+                if tp[0] in still_subscribed:
+                    continue
                 if value.expire_timestamp >= 0:
                     due = value.expire_timestamp
-                elif group.protocol_type is not None:
-                    due = group.current_state_timestamp + retention
+                elif since_empty is not None:
+                    due = since_empty + retention
                 else:
                     due = value.commit_timestamp + retention
                 if due <= now:
@@ -515,6 +535,6 @@ class GroupCoordinator:
                 self._write_offset_tombstones(group.group_id, expired)
                 expired_total += len(expired)
                 log.info("group %s: %d offsets expired", group.group_id, len(expired))
-            if not self._offsets.has_offsets(group.group_id):
+            if empty and not self._offsets.has_offsets(group.group_id):
                 self._remove_group(group)
         return expired_total
