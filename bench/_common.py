@@ -41,6 +41,7 @@ __all__ = [
     "emit",
     "start_brokers",
     "produce_to_partition_0",
+    "delete_topic",
 ]
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -116,6 +117,18 @@ def start_brokers(
         brokers["tansu"] = tansu
         progress(f"tansu on {tansu.bootstrap} (pid {tansu.pid}), memory storage")
     return brokers, tmp
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Drop a measured topic at once (confluent-kafka admin). On these VMs page cache that grows
+    into memory the machine has not touched yet is expensive: from the second GB written in a run,
+    the same 200 MB produce costs the broker ~4x the CPU. Benchmarks that write GBs therefore delete
+    each phase's data once it is measured, so every phase writes into recycled pages and rounds stay
+    comparable."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(timeout=30)
 
 
 def produce_to_partition_0(producer, topic: str, records: int, payload: bytes, what: str) -> None:

@@ -35,7 +35,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import crc32c  # noqa: E402
-from _common import BrokerProcess, emit, kill_all, measure, median, produce_to_partition_0, progress  # noqa: E402
+from _common import (  # noqa: E402
+    BrokerProcess,
+    delete_topic,
+    emit,
+    kill_all,
+    measure,
+    median,
+    produce_to_partition_0,
+    progress,
+)
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
@@ -109,6 +118,8 @@ def produce_rounds(broker: BrokerProcess | None, records: int, rounds: int) -> d
                 produce(producer, topic, records, payload)
             seconds = time.perf_counter() - started
             del producer  # librdkafka's teardown happens here, outside the timed part
+            if broker is not None:
+                delete_topic(broker.bootstrap, topic)
             label = "warm-up" if round_no < 0 else f"round {round_no + 1}"
             cpu = m.result.broker_cpu_s if broker is not None else float("nan")
             progress(f"  {label:8s} {name:10s} {records / seconds:>10,.0f} rec/s  broker {cpu:5.2f} cpu-s")

@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
+    delete_topic,
     emit,
     kill_all,
     measure,
@@ -104,6 +105,7 @@ def run_round(name: str, broker, records: int, payload: bytes, samples: dict) ->
             f"  {name:8s} {phase:7s} {records / r.seconds:>10,.0f} rec/s  "
             f"broker {r.broker_cpu_s:6.2f} cpu-s  client {r.client_cpu_s:6.2f} cpu-s  ({r.seconds:.2f} s)"
         )
+    delete_topic(broker.bootstrap, topic)
 
 
 def summarize(samples: dict, records: int, rounds: int, quick: bool) -> dict:

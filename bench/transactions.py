@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit, kill_all, measure, median, progress, start_brokers  # noqa: E402
+from _common import delete_topic, emit, kill_all, measure, median, progress, start_brokers  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
@@ -66,15 +66,6 @@ def create_topic(bootstrap: str | None, partitions: int = 1) -> str:
         timeout=30
     )
     return topic
-
-
-def delete_topic(bootstrap: str, topic: str) -> None:
-    """Drop a measured topic at once. This VM pays heavily for page cache that grows into memory it
-    has not touched yet (a run writes several GB; from the second GB on, the same 200 MB produce
-    costs the broker ~4x the CPU), so each contender's data is deleted after its phase and every
-    phase writes into recycled pages, not into the machine's memory growth."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.delete_topics([topic])[topic].result(timeout=30)
 
 
 def _where(bootstrap: str | None) -> dict:
