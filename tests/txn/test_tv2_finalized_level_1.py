@@ -1,7 +1,8 @@
 """A broker started with ``--config transaction.version=1`` (a cluster not upgraded to KIP-890 part 2):
 ApiVersions finalizes level 1, our producer falls back to the protocol v1 (AddPartitionsToTxn,
 Produce v11, EndTxn v4, one epoch for the producer's session), and a transactional Produce below v12
-for a partition the coordinator has not added is rejected with INVALID_TXN_STATE.
+for a partition the coordinator has not added is rejected: TRANSACTION_ABORTABLE at v11,
+INVALID_TXN_STATE for older clients (v10 and below), as Kafka answers.
 
 As in Kafka, the broker answers each request by its API version, not by the finalized level (KIP-890
 review, KAFKA-14563: "if we send a request version the server can handle, we can handle it"): a
@@ -107,6 +108,9 @@ def test_unadded_partition_is_rejected_below_produce_v12_and_added_by_v12(broker
             pid, epoch = init.producer_id, init.producer_epoch
             # Partition 0 goes in through a v1 path (AddPartitionsToTxn) so that the transaction is open.
             await conn.send(wire.add_partitions(tid, pid, epoch, {topic: [0]}), version=3)
+            v10 = await conn.send(
+                wire.produce(topic, 1, wire.txn_batch([b"w"], pid, epoch, 0), tid), version=10
+            )
             v11 = await conn.send(
                 wire.produce(topic, 1, wire.txn_batch([b"x"], pid, epoch, 0), tid), version=11
             )
@@ -118,10 +122,11 @@ def test_unadded_partition_is_rejected_below_produce_v12_and_added_by_v12(broker
             await conn.send(wire.end_txn(tid, pid, epoch, False), version=4)
         finally:
             await conn.close()
-        return v11, v12, described
+        return v10, v11, v12, described
 
-    v11, v12, described = asyncio.run(run())
-    assert v11.responses[0].partition_responses[0].error_code == ErrorCode.INVALID_TXN_STATE
+    v10, v11, v12, described = asyncio.run(run())
+    assert v10.responses[0].partition_responses[0].error_code == ErrorCode.INVALID_TXN_STATE
+    assert v11.responses[0].partition_responses[0].error_code == ErrorCode.TRANSACTION_ABORTABLE
     assert v12.responses[0].partition_responses[0].error_code == ErrorCode.NONE
     assert TP(topic, 1) in described.partitions
 

@@ -7,9 +7,10 @@ holding the LSO back forever (a hanging transaction).
 - Produce v3-11 (transaction protocol v0/v1 clients): before the first transactional batch of a
   producer on a partition (no transaction of that producer open there), ask the coordinator whether
   the partition is in the producer's transaction (``verify_partitions_in_txn``). If not, the batch is
-  rejected with INVALID_TXN_STATE; coordinator states that may pass (a transaction being completed,
-  a loading coordinator) answer NOT_ENOUGH_REPLICAS, which producers retry, as Kafka does for old
-  clients; a stale epoch answers INVALID_PRODUCER_EPOCH.
+  rejected with TRANSACTION_ABORTABLE (v11, whose clients abort and go on) or INVALID_TXN_STATE
+  (v3-10, as Kafka answers clients that predate that error); coordinator states that may pass (a
+  transaction being completed, a loading coordinator) answer NOT_ENOUGH_REPLICAS, which producers
+  retry, as Kafka does for old clients; a stale epoch answers INVALID_PRODUCER_EPOCH.
 - Produce v12+ (transaction protocol v2): the broker adds the partitions itself
   (``add_partitions_to_txn`` with TV_2) before appending, so clients send no AddPartitionsToTxn.
 """
@@ -34,8 +35,13 @@ _RETRIABLE_FOR_PRODUCE = frozenset(
 )
 
 
-def _produce_error(code: ErrorCode, message: str) -> KafkaError:
-    if code == ErrorCode.TRANSACTION_ABORTABLE:
+# Produce v11 is the first version whose clients know TRANSACTION_ABORTABLE (KIP-890): older ones
+# get INVALID_TXN_STATE for a partition outside the transaction, as Kafka answers them.
+FIRST_ABORTABLE_PRODUCE_VERSION = 11
+
+
+def _produce_error(code: ErrorCode, message: str, produce_version: int) -> KafkaError:
+    if code == ErrorCode.TRANSACTION_ABORTABLE and produce_version < FIRST_ABORTABLE_PRODUCE_VERSION:
         code = ErrorCode.INVALID_TXN_STATE
     elif code in _RETRIABLE_FOR_PRODUCE:
         code = ErrorCode.NOT_ENOUGH_REPLICAS
@@ -86,6 +92,7 @@ def verify_transactional_append(
             ErrorCode(code),
             f"{topic}-{partition.index} is not in the transaction of {transactional_id!r} "
             f"(producer {header.producer_id} epoch {header.producer_epoch}): {ErrorCode(code).name}",
+            produce_version,
         )
 
 
@@ -113,6 +120,6 @@ async def add_partitions_for_produce(ctx: Any, request: Any) -> dict[tuple[str, 
             transactional_id, producer[0], producer[1], wanted, transaction_version=TV_2
         )
     except KafkaError as exc:
-        error = _produce_error(error_code_for(exc), str(exc))
+        error = _produce_error(error_code_for(exc), str(exc), FIRST_TV2_PRODUCE_VERSION)
         return dict.fromkeys(wanted, error)
     return {}
