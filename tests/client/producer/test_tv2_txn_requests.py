@@ -12,6 +12,7 @@ from onceflow.client.async_client import finalized_feature_level
 from onceflow.client.producer import txn_requests
 from onceflow.client.producer.errors import FatalProducerError, TransactionAbortableError
 from onceflow.client.producer.transaction_manager import TransactionManager, TxnEvent
+from onceflow.protocol.transaction_versions import FIRST_TV2_END_TXN_VERSION
 
 
 class OneAnswerNetwork:
@@ -63,13 +64,13 @@ def test_end_txn_v5_answer_is_returned_for_adoption_with_a_rotated_producer_id()
     network = OneAnswerNetwork(SimpleNamespace(error_code=0, producer_id=8, producer_epoch=0))
     answer = asyncio.run(txn_requests.end_txn(network, manager(2), True, CONFIG))
     assert answer == (8, 0)
-    assert network.max_versions == [txn_requests.END_TXN_V2_VERSION]
+    assert network.max_versions == [FIRST_TV2_END_TXN_VERSION]
 
 
 def test_end_txn_under_v1_stays_below_v5_and_adopts_nothing():
     network = OneAnswerNetwork(SimpleNamespace(error_code=0, producer_id=None, producer_epoch=None))
     assert asyncio.run(txn_requests.end_txn(network, manager(1), True, CONFIG)) is None
-    assert network.max_versions == [txn_requests.END_TXN_V1_MAX_VERSION]
+    assert network.max_versions == [FIRST_TV2_END_TXN_VERSION - 1]
 
 
 @pytest.mark.parametrize("level, error", [(2, FatalProducerError), (1, TransactionAbortableError)])

@@ -20,13 +20,13 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from onceflow.broker.config import MAX_TRANSACTION_VERSION, MIN_TRANSACTION_VERSION
 from onceflow.broker.context import RequestContext
+from onceflow.protocol.transaction_versions import TRANSACTION_VERSION_FEATURE
 
 API_KEY = 18
 MIN_VERSION = 0
 MAX_VERSION = 4
 REQUEST = ApiVersionsRequest
 
-TRANSACTION_VERSION_FEATURE = "transaction.version"
 FIRST_FEATURES_VERSION = 3
 FIRST_LEVEL0_VERSION = 4  # KIP-1022: from v4 a supported range may start at 0
 

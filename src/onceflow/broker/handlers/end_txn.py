@@ -14,12 +14,12 @@ from onceflow.broker.context import RequestContext
 from onceflow.broker.txn.errors import wire_code
 from onceflow.broker.txn.metadata import TV_0, TV_2
 from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.transaction_versions import FIRST_TV2_END_TXN_VERSION
 
 API_KEY = 26
 MIN_VERSION = 0
 MAX_VERSION = 5
 REQUEST = EndTxnRequest
-FIRST_TV2_VERSION = 5
 
 
 async def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
@@ -28,7 +28,7 @@ async def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     if ctx.transactions is None:
         code = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
-        version = TV_2 if ctx.api_version >= FIRST_TV2_VERSION else TV_0
+        version = TV_2 if ctx.api_version >= FIRST_TV2_END_TXN_VERSION else TV_0
         try:
             answer = await ctx.transactions.coordinator.end_txn(
                 request.transactional_id,

@@ -23,13 +23,10 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from onceflow.broker import faults
 from onceflow.broker.context import CloseConnection, RequestContext
-from onceflow.broker.txn.produce_guard import (
-    FIRST_TV2_PRODUCE_VERSION,
-    add_partitions_for_produce,
-    verify_transactional_append,
-)
+from onceflow.broker.txn.produce_guard import add_partitions_for_produce, verify_transactional_append
 from onceflow.protocol.errors import ErrorCode, InvalidRecord, InvalidTopic, KafkaError, error_code_for
 from onceflow.protocol.records import validate_produce_records
+from onceflow.protocol.transaction_versions import FIRST_TV2_PRODUCE_VERSION
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from onceflow.broker.txn.config import CONSUMER_OFFSETS_TOPIC
 from onceflow.broker.txn.errors import fenced_error_code, wire_code
 from onceflow.broker.txn.metadata import TV_2
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+from onceflow.protocol.transaction_versions import FIRST_TV2_TXN_OFFSET_COMMIT_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,6 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 REQUEST = TxnOffsetCommitRequest
 FIRST_MEMBER_VERSION = 3  # generation, member id and instance id (KIP-447)
-FIRST_TV2_VERSION = 5
 
 _Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 _Partition = _Topic.TxnOffsetCommitResponsePartition
@@ -40,7 +40,7 @@ async def _check_transaction(ctx: RequestContext, request: TxnOffsetCommitReques
         return ErrorCode.NONE  # no transaction coordinator here: nothing to verify against
     coordinator = ctx.transactions.coordinator
     tid, pid, epoch = request.transactional_id, request.producer_id, request.producer_epoch
-    if ctx.api_version >= FIRST_TV2_VERSION:
+    if ctx.api_version >= FIRST_TV2_TXN_OFFSET_COMMIT_VERSION:
         try:
             await coordinator.add_offsets_to_txn(tid, pid, epoch, request.group_id, TV_2)
         except KafkaError as exc:

@@ -22,8 +22,7 @@ from typing import Any
 from onceflow.broker.txn.metadata import TV_2
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.records import BatchHeader, read_header
-
-FIRST_TV2_PRODUCE_VERSION = 12
+from onceflow.protocol.transaction_versions import FIRST_ABORTABLE_PRODUCE_VERSION, FIRST_TV2_PRODUCE_VERSION
 
 _RETRIABLE_FOR_PRODUCE = frozenset(
     {
@@ -33,11 +32,6 @@ _RETRIABLE_FOR_PRODUCE = frozenset(
         ErrorCode.NOT_COORDINATOR,
     }
 )
-
-
-# Produce v11 is the first version whose clients know TRANSACTION_ABORTABLE (KIP-890): older ones
-# get INVALID_TXN_STATE for a partition outside the transaction, as Kafka answers them.
-FIRST_ABORTABLE_PRODUCE_VERSION = 11
 
 
 def _produce_error(code: ErrorCode, message: str, produce_version: int) -> KafkaError:

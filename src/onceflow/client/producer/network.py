@@ -20,12 +20,12 @@ from onceflow.client.async_client import AsyncClient, finalized_feature_level
 from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.producer.errors import COORDINATOR_CODES
 from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.transaction_versions import TRANSACTION_VERSION_FEATURE
 
 log = logging.getLogger(__name__)
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
-TRANSACTION_VERSION_FEATURE = "transaction.version"
 FIND_COORDINATOR_MAX_VERSION = 3  # v4+ batches keys; one key per call is all we need
 
 

@@ -41,6 +41,7 @@ from onceflow.client.producer.faults import DELAY_SEND, DROP_REQUEST, DROP_RESPO
 from onceflow.client.producer.network import ProducerNetwork
 from onceflow.client.producer.transaction_manager import TransactionManager, TxnEvent, TxnState
 from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.transaction_versions import FIRST_TV2_PRODUCE_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,6 @@ _METADATA_ERRORS = frozenset(
     }
 )
 _MAX_EPOCH = 32767
-LAST_PRODUCE_VERSION_BEFORE_TV2 = 11
 
 
 class PartitionSequences:
@@ -277,7 +277,7 @@ class Sender:
         if self.txn.is_transactional and not self.txn.transaction_v2:
             # Produce v12+ means "the broker adds the partition" (KIP-890 part 2): a transaction of the
             # protocol v1 adds its partitions with AddPartitionsToTxn and must stay below it.
-            version = min(conn.version_for(ProduceRequest), LAST_PRODUCE_VERSION_BEFORE_TV2)
+            version = min(conn.version_for(ProduceRequest), FIRST_TV2_PRODUCE_VERSION - 1)
         self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
         self._requests_sent += 1
         task = asyncio.get_running_loop().create_task(

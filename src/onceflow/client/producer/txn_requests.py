@@ -29,6 +29,10 @@ from onceflow.client.producer.errors import (
 from onceflow.client.producer.network import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, ProducerNetwork
 from onceflow.client.producer.transaction_manager import TransactionManager
 from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.transaction_versions import (
+    FIRST_TV2_END_TXN_VERSION,
+    FIRST_TV2_TXN_OFFSET_COMMIT_VERSION,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +44,6 @@ INIT_PRODUCER_ID_MAX_VERSION = 5
 # partitions and the offsets partition added by the broker); a transaction of the protocol v1 (explicit
 # AddPartitionsToTxn / AddOffsetsToTxn, one epoch per producer session) stays below them, as Kafka's
 # client does. Which one a transaction uses is TransactionManager.transaction_v2.
-END_TXN_V1_MAX_VERSION = 4
-END_TXN_V2_VERSION = 5
-TXN_OFFSET_COMMIT_V1_MAX_VERSION = 4
 _RETRIED = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS})
 
 
@@ -226,7 +227,7 @@ async def txn_offset_commit(
         what="TxnOffsetCommit",
         deadline=_deadline(config),
         # v5 makes the group coordinator add __consumer_offsets to the transaction itself (TV2).
-        max_version=None if txn.transaction_v2 else TXN_OFFSET_COMMIT_V1_MAX_VERSION,
+        max_version=None if txn.transaction_v2 else FIRST_TV2_TXN_OFFSET_COMMIT_VERSION - 1,
         retry_codes=_RETRIED | {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION},
     )
     code = ErrorCode(first_error(response))
@@ -264,7 +265,7 @@ async def end_txn(
         lambda r: r.error_code,
         what="EndTxn",
         deadline=_deadline(config),
-        max_version=END_TXN_V2_VERSION if tv2 else END_TXN_V1_MAX_VERSION,
+        max_version=FIRST_TV2_END_TXN_VERSION if tv2 else FIRST_TV2_END_TXN_VERSION - 1,
         retry_codes=_RETRIED,
     )
     code = ErrorCode(response.error_code)
