@@ -1,5 +1,5 @@
 """Coordinator recovery: the broker dies (os._exit, as kill -9) after PrepareCommit is in
-``__transaction_state`` and before any marker is written; after a restart the coordinator finishes the
+``__transaction_state`` and EndTxn answered, before any marker is written; after a restart the coordinator finishes the
 transaction as committed and read_committed consumers see it."""
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ async def _open_transaction_then_commit(port: int) -> tuple[int, int]:
         resp = await client.request(wire.produce(TOPIC, partition, batch, "recovering"), 9)
         assert resp.responses[0].partition_responses[0].error_code == 0
     await client.send(wire.end_txn("recovering", pid, epoch, True), 3)
-    assert await client.read_frame(timeout=10) is None  # the broker died before answering
+    # EndTxn is answered once PrepareCommit is written (the decision), as in Kafka; the broker dies
+    # right after, before any marker.
+    assert (await client.receive(timeout=10)).error_code == 0
+    assert await client.read_frame(timeout=10) is None
     await client.close()
     return pid, epoch
 

@@ -111,6 +111,33 @@ def test_commit_makes_records_visible_to_read_committed_and_moves_the_lso(tmp_pa
     run(scenario())
 
 
+def test_a_transaction_begun_as_soon_as_end_txn_is_answered_finds_the_last_one_complete(tmp_path):
+    """EndTxn is answered before its markers are written; they must still be written before the
+    producer's next request is read, or that request would get CONCURRENT_TRANSACTIONS."""
+
+    async def scenario():
+        async with running_broker(tmp_path) as broker:
+            client = await _setup(broker, partitions=1)
+            pid, epoch = await _init(client, "tid-next")
+            for n in range(5):
+                resp = await client.request(wire.add_partitions("tid-next", pid, epoch, {TOPIC: [0]}), 3)
+                [[code]] = [
+                    [p.partition_error_code for p in t.results_by_partition]
+                    for t in resp.results_by_topic_v3_and_below
+                ]
+                assert code == 0, f"transaction {n}: {ErrorCode(code).name}"
+                assert await _produce(client, "tid-next", pid, epoch, n, [b"v%d" % n]) == 0
+                assert (await client.request(wire.end_txn("tid-next", pid, epoch, True), 3)).error_code == 0
+            data, values = await _fetch(client, 0, isolation=1)
+            assert values == [b"v%d" % n for n in range(5)]
+            assert data.last_stable_offset == data.high_watermark == 10  # five records, five markers
+            described = await client.request(wire.describe(["tid-next"]), 0)
+            assert [d.transaction_state for d in described.transaction_states] == ["CompleteCommit"]
+            await client.close()
+
+    run(scenario())
+
+
 def test_abort_returns_aborted_transactions_to_read_committed_fetches(tmp_path):
     async def scenario():
         async with running_broker(tmp_path) as broker:

@@ -95,13 +95,19 @@ def make_rig(
     config: TransactionConfig | None = None,
     load: bool = True,
     ids_start: int = 1000,
+    complete_in_background: bool = False,
 ) -> Rig:
     log = log or FakeTxnLog()
     markers = FakeMarkers()
     clock = FakeClock()
     ids = CountingIds(ids_start)
     coordinator = TransactionCoordinator(
-        log_writer=log, marker_writer=markers, producer_ids=ids, config=config, clock_ms=clock
+        log_writer=log,
+        marker_writer=markers,
+        producer_ids=ids,
+        config=config,
+        clock_ms=clock,
+        complete_in_background=complete_in_background,
     )
     if load:
         coordinator.begin_loading(coordinator_epoch=0)

@@ -210,6 +210,46 @@ def test_commit_writes_markers_then_complete_and_retries_are_idempotent():
         run(rig.coordinator.end_txn("app", *_pe(pid), commit=False))
 
 
+def test_in_background_end_txn_answers_at_the_decision_and_completes_on_the_next_loop_turn():
+    """The broker's mode: EndTxn returns once PrepareCommit is appended; the markers and
+    CompleteCommit follow in a task that runs on the next turn of the event loop."""
+    rig = make_rig(complete_in_background=True)
+
+    async def scenario():
+        pid = await _begin(rig)
+        assert await rig.coordinator.end_txn("app", *_pe(pid), commit=True) == pid
+        assert rig.log.states_of("app")[-1] == "PrepareCommit" and rig.markers.written == []
+        # Kafka's answers while the markers are due, to the next transaction and to a retry:
+        with pytest.raises(ConcurrentTransactions):
+            await rig.coordinator.add_partitions_to_txn("app", *_pe(pid), [("out", 0)])
+        with pytest.raises(ConcurrentTransactions):
+            await rig.coordinator.end_txn("app", *_pe(pid), commit=True)
+        await rig.coordinator.drain_completions()
+        assert await rig.coordinator.end_txn("app", *_pe(pid), commit=True) == pid  # now a no-op retry
+        assert rig.log.states_of("app")[-2:] == ["PrepareCommit", "CompleteCommit"]
+        [marker] = rig.markers.written
+        assert marker.commit and marker.partitions == {("out", 0), ("out", 1)}
+        await rig.coordinator.add_partitions_to_txn("app", *_pe(pid), [("out", 0)])  # the next one
+
+    run(scenario())
+
+
+def test_in_background_completion_that_fails_is_finished_by_the_retry():
+    rig = make_rig(complete_in_background=True)
+
+    async def scenario():
+        pid = await _begin(rig)
+        rig.markers.fail_with = OSError("disk gone")
+        await rig.coordinator.end_txn("app", *_pe(pid), commit=False)
+        await rig.coordinator.drain_completions()
+        assert rig.log.states_of("app")[-1] == "PrepareAbort" and rig.markers.written == []
+        rig.markers.fail_with = None
+        assert await rig.coordinator.retry_incomplete_transactions() == ["app"]
+        assert rig.log.states_of("app")[-1] == "CompleteAbort" and not rig.markers.written[0].commit
+
+    run(scenario())
+
+
 def test_end_txn_errors_v1():
     rig = make_rig()
     pid = run(rig.coordinator.init_producer_id("app", T))

@@ -1,5 +1,6 @@
-"""EndTxn (26): commit or abort the producer's transaction. The coordinator writes PrepareCommit or
-PrepareAbort, the markers and the Complete state before answering.
+"""EndTxn (26): commit or abort the producer's transaction. The answer goes out once the coordinator
+has written PrepareCommit or PrepareAbort (the decision); the markers and the Complete state follow
+right after it, as in Kafka (see ``txn.coordinator``).
 
 v5 is transaction protocol v2 (KIP-890 part 2): every EndTxn bumps the epoch, and the response
 carries the producer id and epoch for the next transaction, so a late EndTxn can never end a later

@@ -10,15 +10,20 @@ Concurrency: everything from reading a transactional id's state to its ``prepare
 synchronous, so on one event loop no other request can slip in between; while the append is
 awaited the transition is pending and other requests for that id get CONCURRENT_TRANSACTIONS.
 
-Ending a transaction is done inline: EndTxn appends PrepareCommit/PrepareAbort, then writes the
-markers and appends CompleteCommit/CompleteAbort before it returns (the client then never meets a
-CONCURRENT_TRANSACTIONS on its next transaction). If the markers or the Complete append fail, the
-answer is still success (the decision is durable) and :meth:`retry_incomplete_transactions` finishes
-the job later; the same method completes transactions found in Prepare* after a reload.
+Ending a transaction: EndTxn appends PrepareCommit/PrepareAbort; that record is the decision, so
+from then on the answer is success. The markers and CompleteCommit/CompleteAbort follow either inline,
+before end_txn returns (the default; tests), or, with ``complete_in_background`` (the broker), in a
+task that runs once the EndTxn answer has been written, as Kafka answers EndTxn before its markers go
+out. That task is scheduled on the event loop before the answer leaves, so it runs before any request
+the client sends after reading the answer: the producer's next transaction does not meet
+CONCURRENT_TRANSACTIONS. If the markers or the Complete append fail, the answer is still success and
+:meth:`retry_incomplete_transactions` finishes the job later; the same method completes transactions
+found in Prepare* after a reload.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -89,12 +94,15 @@ class TransactionCoordinator:
         producer_ids: ProducerIdSource,
         config: TransactionConfig | None = None,
         clock_ms: Callable[[], int] = _system_clock_ms,
+        complete_in_background: bool = False,
     ) -> None:
         self.config = config or TransactionConfig()
         self._markers = marker_writer
         self._producer_ids = producer_ids
         self._clock_ms = clock_ms
         self.state = TransactionStateManager(self.config, log_writer)
+        self._complete_in_background = complete_in_background
+        self._completions: set[asyncio.Task[bool]] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -106,6 +114,11 @@ class TransactionCoordinator:
         """Replay ``__transaction_state`` (key, value) records in log order and start serving. Then
         await :meth:`retry_incomplete_transactions` to finish transactions caught in Prepare*."""
         self.state.load_from_records(records)
+
+    async def drain_completions(self) -> None:
+        """Wait for the markers of transactions whose EndTxn was already answered (stop, tests)."""
+        while self._completions:
+            await asyncio.wait(list(self._completions))
 
     def shutdown(self) -> None:
         self.state.unload()
@@ -310,8 +323,26 @@ class TransactionCoordinator:
             return decision  # a retry of an EndTxn that already completed
         await self.state.append_transition(metadata, decision)
         answer = _next_producer(metadata)
-        await self._complete(metadata)
+        if self._complete_in_background:
+            self._complete_soon(metadata)
+        else:
+            await self._complete(metadata)
         return answer
+
+    def _complete_soon(self, metadata: TransactionMetadata) -> None:
+        # Not an eager task: it must run after the handler returns and its answer is written.
+        task = asyncio.get_running_loop().create_task(
+            self._complete(metadata), name=f"txn-complete-{metadata.transactional_id}"
+        )
+        self._completions.add(task)
+        task.add_done_callback(self._completion_done)
+
+    def _completion_done(self, task: asyncio.Task[bool]) -> None:
+        self._completions.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # _complete handles the errors it expects; anything else is a bug, and the timer's
+            # retry_incomplete_transactions will try again.
+            log.error("completing a transaction failed", exc_info=task.exception())
 
     # -- completion (markers, then Complete*) --------------------------------------------------------
 

@@ -215,6 +215,7 @@ class TransactionService:
             marker_writer=LocalMarkerWriter(topics, groups, faults),
             producer_ids=self.producer_ids,
             config=self.config,
+            complete_in_background=True,
         )
         self._timers: list[asyncio.Task[None]] = []
 
@@ -254,6 +255,7 @@ class TransactionService:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._timers = []
+        await self.coordinator.drain_completions()
         self.coordinator.shutdown()
 
     def write_marker(self, topic: str, partition: int, **kwargs: Any) -> None:
