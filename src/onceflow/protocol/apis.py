@@ -27,7 +27,7 @@ import kafka.protocol.producer as _producer
 from kafka.protocol.api_message import ApiMessage
 
 from onceflow.protocol.errors import ErrorCode, InvalidRequest
-from onceflow.protocol.produce_records import attach_record_views
+from onceflow.protocol.produce_records import attach_record_views, decode_produce_request
 
 _HEADER_PREFIX = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
@@ -131,16 +131,23 @@ def decode_request(
     ``UnicodeDecodeError``; all of them become ``InvalidRequest`` here so callers see one error type.
     """
     header = decode_request_header(frame, flexible=request_cls.flexible_version_q(api_version))
+    big_produce = (
+        header.api_key == PRODUCE_KEY
+        and isinstance(frame, bytearray)
+        and len(frame) >= RECORD_VIEWS_MIN_BYTES
+    )
+    if big_produce:
+        # Built straight from the frame, records as views: no copy of the produced bytes. Anything
+        # unusual returns None and takes kafka-python's path below.
+        produce = decode_produce_request(frame, header.body_offset, api_version)
+        if produce is not None:
+            return header, produce
     try:
         body = request_cls.decode(memoryview(frame)[header.body_offset :], version=api_version)
     except Exception as exc:  # any decode failure means the frame is unreadable
         raise InvalidRequest(f"cannot decode {request_cls.__name__} v{api_version}: {exc!r}")
     _reject_null_where_not_nullable(body, request_cls._struct, api_version, request_cls.__name__)
-    if (
-        header.api_key == PRODUCE_KEY
-        and isinstance(frame, bytearray)
-        and len(frame) >= RECORD_VIEWS_MIN_BYTES
-    ):
+    if big_produce:
         # The records as writable views of the frame, not kafka-python's copies (see produce_records).
         attach_record_views(body, frame, header.body_offset, api_version)
     return header, body
