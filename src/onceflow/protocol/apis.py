@@ -28,6 +28,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from onceflow.protocol.errors import ErrorCode, InvalidRequest
 from onceflow.protocol.produce_records import attach_record_views, decode_produce_request
+from onceflow.protocol.produce_response import encode_produce_response
 
 _HEADER_PREFIX = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
@@ -50,6 +51,7 @@ def _message_classes(kind: str) -> dict[int, type[ApiMessage]]:
 
 REQUEST_CLASSES: dict[int, type[ApiMessage]] = _message_classes("request")
 RESPONSE_CLASSES: dict[int, type[ApiMessage]] = _message_classes("response")
+PRODUCE_RESPONSE = RESPONSE_CLASSES[PRODUCE_KEY]
 
 
 def request_class(api_key: int) -> type[ApiMessage] | None:
@@ -266,6 +268,10 @@ _SIZE_AND_CORRELATION_ID = struct.Struct(">ii")
 
 def encode_response(response: ApiMessage, correlation_id: int, api_version: int) -> bytearray:
     """The framed bytes (size prefix, header, body) of ``response`` at ``api_version``."""
+    if type(response) is PRODUCE_RESPONSE:
+        framed = encode_produce_response(response, correlation_id, api_version)
+        if framed is not None:
+            return framed
     values_of = _REUSED_BODY_VALUES.get(type(response))
     if values_of is not None:
         values = values_of(response, api_version)
