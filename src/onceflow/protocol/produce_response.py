@@ -22,6 +22,8 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceResponse
 
+from onceflow.protocol.schema_io import SchemaWriter
+
 FIRST_VERSION = 3
 LAST_VERSION = 12  # v13 names topics by id
 _FIRST_LOG_START_OFFSET_VERSION = 5
@@ -29,42 +31,9 @@ _FIRST_ERROR_FIELDS_VERSION = 8
 _FIRST_FLEXIBLE_VERSION = 9
 
 _SIZE_AND_CORRELATION_ID = struct.Struct(">ii")
-_INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _PARTITION_V3 = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
 _PARTITION_V5 = struct.Struct(">ihqqq")  # ... then log_start_offset
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-class _Writer:
-    __slots__ = ("out", "flexible")
-
-    def __init__(self, out: bytearray, flexible: bool) -> None:
-        self.out = out
-        self.flexible = flexible
-
-    def array_length(self, n: int) -> None:
-        self.out += _uvarint(n + 1) if self.flexible else _INT32.pack(n)
-
-    def string(self, value: str | None) -> None:
-        if value is None:
-            self.out += b"\x00" if self.flexible else b"\xff\xff"
-            return
-        data = value.encode("utf-8")
-        self.out += _uvarint(len(data) + 1) if self.flexible else _INT16.pack(len(data))
-        self.out += data
-
-    def no_tags(self) -> None:
-        if self.flexible:
-            self.out.append(0)
 
 
 def encode_produce_response(response: Any, correlation_id: int, version: int) -> bytearray | None:
@@ -77,18 +46,19 @@ def encode_produce_response(response: Any, correlation_id: int, version: int) ->
     flexible = version >= _FIRST_FLEXIBLE_VERSION
     with_log_start = version >= _FIRST_LOG_START_OFFSET_VERSION
     with_errors = version >= _FIRST_ERROR_FIELDS_VERSION
-    out = bytearray(8)  # size and correlation id, filled in last
+    writer = SchemaWriter(flexible)
+    out = writer.out
+    out += bytes(8)  # size and correlation id, filled in last
     if flexible:
         out.append(0)  # response header v1: an empty tagged-field section
-    writer = _Writer(out, flexible)
     topics = response.responses
-    writer.array_length(len(topics))
+    writer.array_len(len(topics))
     for topic in topics:
         if topic.tags:
             return None
         writer.string(topic.name)
         partitions = topic.partition_responses
-        writer.array_length(len(partitions))
+        writer.array_len(len(partitions))
         for p in partitions:
             if p.tags or p.record_errors:
                 return None
@@ -99,11 +69,14 @@ def encode_produce_response(response: Any, correlation_id: int, version: int) ->
             else:
                 out += _PARTITION_V3.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
             if with_errors:
-                writer.array_length(0)  # record_errors
+                writer.array_len(0)  # record_errors
                 writer.string(p.error_message)
-            writer.no_tags()
-        writer.no_tags()
+            if flexible:
+                out.append(0)  # no tagged fields
+        if flexible:
+            out.append(0)
     out += _INT32.pack(response.throttle_time_ms)
-    writer.no_tags()
+    if flexible:
+        out.append(0)
     _SIZE_AND_CORRELATION_ID.pack_into(out, 0, len(out) - 4, correlation_id)
     return out
