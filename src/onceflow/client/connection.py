@@ -14,6 +14,7 @@ import itertools
 import logging
 import os
 import struct
+from collections.abc import Callable
 
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest
@@ -58,7 +59,8 @@ class Connection:
         self._reader = reader
         self._writer = writer
         self._correlation_ids = itertools.count(1)
-        self._pending: dict[int, tuple[asyncio.Future, type[ApiMessage], int]] = {}
+        # correlation id -> (future, decode(frame) -> response, what was asked: for messages)
+        self._pending: dict[int, tuple[asyncio.Future, Callable, str]] = {}
         self._broker_versions: dict[int, tuple[int, int]] = {}
         self.finalized_features: dict[str, int] = {}
         self.finalized_features_epoch = -1
@@ -145,22 +147,43 @@ class Connection:
 
     async def send(self, request: ApiMessage, *, version: int | None = None) -> ApiMessage | None:
         """Send ``request`` and wait for its response (None for a Produce with acks=0)."""
-        if self._closed_error is not None:
-            raise BrokerConnectionError(
-                f"connection to {self.host}:{self.port} is closed: {self._closed_error}"
-            )
+        self._check_open()
         if version is None:
             version = self.version_for(type(request))
         correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
         request.API_VERSION = version  # kafka.protocol quirk: set the version before the header
         request.with_header(correlation_id=correlation_id, client_id=self.client_id)
         frame = bytes(request.encode(header=True, framed=True))
-        expects_response = request.expect_response()
-        future = None
-        if expects_response:
-            future = asyncio.get_running_loop().create_future()
+        decode = None
+        if request.expect_response():
             response_cls = request.header.get_response_class()  # the versioned response class
-            self._pending[correlation_id] = (future, response_cls, version)
+            decode = _KafkaPythonDecoder(response_cls)
+        return await self._exchange(correlation_id, frame, decode, f"{request.name} v{version}")
+
+    async def send_frame(self, request):
+        """Send a request that writes its own bytes (``request.encode(correlation_id, client_id)``)
+        and reads its own answer (``request.decode_response(frame)``, called on the frame from the
+        correlation id on); for hot paths where kafka.protocol's generic classes cost too much
+        (:class:`onceflow.client.producer.produce_wire.ProduceRequestFrame`). ``request.version``
+        must be one both sides speak (see :meth:`version_for`)."""
+        self._check_open()
+        correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
+        frame = request.encode(correlation_id, self.client_id)
+        decode = request.decode_response if request.expect_response() else None
+        return await self._exchange(correlation_id, frame, decode, f"{request.name} v{request.version}")
+
+    def _check_open(self) -> None:
+        if self._closed_error is not None:
+            raise BrokerConnectionError(
+                f"connection to {self.host}:{self.port} is closed: {self._closed_error}"
+            )
+
+    async def _exchange(self, correlation_id: int, frame: bytes, decode, what: str):
+        """Write ``frame``; with a ``decode`` function wait for the answer to ``correlation_id``."""
+        future = None
+        if decode is not None:
+            future = asyncio.get_running_loop().create_future()
+            self._pending[correlation_id] = (future, decode, what)
         try:
             self._writer.write(frame)
             await self._writer.drain()
@@ -179,7 +202,7 @@ class Connection:
         except TimeoutError:
             self._pending.pop(correlation_id, None)
             raise KafkaError(
-                f"{request.name} to {self.host}:{self.port} timed out after {self.request_timeout_s}s",
+                f"{what.split()[0]} to {self.host}:{self.port} timed out after {self.request_timeout_s}s",
                 ErrorCode.REQUEST_TIMED_OUT,
             )
         except asyncio.CancelledError:
@@ -197,16 +220,16 @@ class Connection:
                 if entry is None:
                     log.warning("dropping response with unknown correlation id %d", correlation_id)
                     continue
-                future, response_cls, version = entry
+                future, decode, what = entry
                 if future.done():
                     continue
                 try:
-                    future.set_result(response_cls.decode(frame, header=True))
+                    future.set_result(decode(frame))
+                except KafkaError as exc:
+                    future.set_exception(exc)
                 except Exception as exc:  # kafka.protocol reports truncation as struct/index errors
                     future.set_exception(
-                        KafkaError(
-                            f"unreadable {response_cls.name} v{version}: {exc!r}", ErrorCode.CORRUPT_MESSAGE
-                        )
+                        KafkaError(f"unreadable answer to {what}: {exc!r}", ErrorCode.CORRUPT_MESSAGE)
                     )
         except (asyncio.IncompleteReadError, OSError, ConnectionError) as exc:
             self._fail(
@@ -220,7 +243,7 @@ class Connection:
         if self._closed_error is None:
             self._closed_error = exc
         pending, self._pending = self._pending, {}
-        for future, _cls, _version in pending.values():
+        for future, _decode, _what in pending.values():
             if not future.done():
                 future.set_exception(
                     BrokerConnectionError(f"lost connection to {self.host}:{self.port}: {exc}")
@@ -242,3 +265,15 @@ class Connection:
             await self._read_task
         except (asyncio.CancelledError, Exception):
             pass
+
+
+class _KafkaPythonDecoder:
+    """Decodes a response frame with a kafka.protocol response class (header included)."""
+
+    __slots__ = ("response_cls",)
+
+    def __init__(self, response_cls: type[ApiMessage]) -> None:
+        self.response_cls = response_cls
+
+    def __call__(self, frame: bytes) -> ApiMessage:
+        return self.response_cls.decode(frame, header=True)

@@ -4,10 +4,12 @@ bumps, NOT_LEADER_OR_FOLLOWER with a leader move, and failed batches."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
+
+from kafka.protocol.producer import ProduceRequest
 
 from onceflow.client.producer.accumulator import RecordAccumulator
 from onceflow.client.producer.config import ProducerConfig
+from onceflow.client.producer.produce_wire import PartitionResult
 from onceflow.client.producer.sender import Sender
 from onceflow.client.producer.transaction_manager import TransactionManager
 from onceflow.protocol.errors import ErrorCode
@@ -26,11 +28,16 @@ class ScriptedBroker:
         self.next_offset = 0
         self.closed = False
 
-    async def send(self, request):
+    def version_for(self, request_cls) -> int:
+        return 9
+
+    async def send_frame(self, request):
+        """Answer from the request's own bytes, read back with kafka-python (an independent decoder)."""
         await asyncio.sleep(0)
+        frame = request.encode(correlation_id=1, client_id="test")
+        decoded = ProduceRequest.decode(frame[4:], version=request.version, header=True)
         answers = []
-        for topic in request.topic_data:
-            partitions = []
+        for topic in decoded.topic_data:
             for data in topic.partition_data:
                 header = read_header(data.records)
                 self.seen.append(
@@ -40,17 +47,8 @@ class ScriptedBroker:
                 offset = -1
                 if code == 0:
                     offset, self.next_offset = self.next_offset, self.next_offset + header.record_count
-                partitions.append(
-                    SimpleNamespace(
-                        index=data.index,
-                        error_code=code,
-                        base_offset=offset,
-                        log_append_time_ms=-1,
-                        error_message=None,
-                    )
-                )
-            answers.append(SimpleNamespace(name=topic.name, partition_responses=partitions))
-        return SimpleNamespace(responses=answers)
+                answers.append(PartitionResult(topic.name, data.index, code, offset, -1, None))
+        return answers
 
 
 class FakeNetwork:
@@ -119,8 +117,9 @@ def test_retriable_error_resends_with_the_same_sequence():
 
 
 def test_not_leader_refreshes_metadata_and_resends_to_the_new_leader_in_order():
+    # Node 0 refuses every attempt (a retry may reach it again before the refresh lands).
     outcomes, seen, txn, network, _ = run(
-        {0: [ErrorCode.NOT_LEADER_OR_FOLLOWER] * 3, 1: []}, leader=0, next_leader=1
+        {0: [ErrorCode.NOT_LEADER_OR_FOLLOWER] * 100, 1: []}, leader=0, next_leader=1
     )
     assert network.refreshes >= 1
     on_new_leader = [(seq) for node, _, seq, _ in seen if node == 1]

@@ -39,6 +39,8 @@ from onceflow.client.producer.errors import (
 )
 from onceflow.client.producer.faults import DELAY_SEND, DROP_REQUEST, DROP_RESPONSE, ClientFaults
 from onceflow.client.producer.network import ProducerNetwork
+from onceflow.client.producer.produce_wire import MAX_VERSION as PRODUCE_MAX_VERSION
+from onceflow.client.producer.produce_wire import ProduceRequestFrame
 from onceflow.client.producer.transaction_manager import TransactionManager, TxnEvent, TxnState
 from onceflow.protocol.errors import ErrorCode, KafkaError
 from onceflow.protocol.transaction_versions import FIRST_TV2_PRODUCE_VERSION
@@ -260,34 +262,29 @@ class Sender:
         seq.inflight.append(batch)
 
     def _dispatch(self, node: int, conn, batches: list[ProducerBatch]) -> None:
-        topics: dict[str, list] = {}
-        for batch in batches:
-            topics.setdefault(batch.topic, []).append(
-                ProduceRequest.TopicProduceData.PartitionProduceData(
-                    index=batch.partition, records=batch.encode(self.compression)
-                )
-            )
-        request = ProduceRequest(
-            transactional_id=self.txn.transactional_id,
-            acks=self.config.acks,
-            timeout_ms=self.config.request_timeout_ms,
-            topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p) for t, p in topics.items()],
-        )
-        version = None  # the highest both sides speak
+        version = min(conn.version_for(ProduceRequest), PRODUCE_MAX_VERSION)  # the highest both speak
         if self.txn.is_transactional and not self.txn.transaction_v2:
             # Produce v12+ means "the broker adds the partition" (KIP-890 part 2): a transaction of the
             # protocol v1 adds its partitions with AddPartitionsToTxn and must stay below it.
-            version = min(conn.version_for(ProduceRequest), FIRST_TV2_PRODUCE_VERSION - 1)
+            version = min(version, FIRST_TV2_PRODUCE_VERSION - 1)
+        compression = self.compression
+        request = ProduceRequestFrame(
+            version,
+            self.txn.transactional_id,
+            self.config.acks,
+            self.config.request_timeout_ms,
+            [(batch.topic, batch.partition, batch.encode(compression)) for batch in batches],
+        )
         self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
         self._requests_sent += 1
         task = asyncio.get_running_loop().create_task(
-            self._send_request(node, conn, request, batches, self._requests_sent, version)
+            self._send_request(node, conn, request, batches, self._requests_sent)
         )
         self._request_tasks.add(task)
         task.add_done_callback(self._request_tasks.discard)
 
     async def _send_request(
-        self, node, conn, request, batches: list[ProducerBatch], number: int, version: int | None = None
+        self, node, conn, request: ProduceRequestFrame, batches: list[ProducerBatch], number: int
     ) -> None:
         faults = self.faults
         try:
@@ -299,9 +296,7 @@ class Sender:
                     await asyncio.sleep(self.request_timeout_s)
                     raise KafkaError("request lost (client fault drop-request)", ErrorCode.REQUEST_TIMED_OUT)
                 started = time.monotonic()
-                response = await (
-                    conn.send(request) if version is None else conn.send(request, version=version)
-                )
+                response = await conn.send_frame(request)
                 if faults is not None and faults.fires(DROP_RESPONSE, number):
                     log.info("fault %s: response to Produce request #%d ignored", DROP_RESPONSE, number)
                     await asyncio.sleep(max(0.0, self.request_timeout_s - (time.monotonic() - started)))
@@ -317,10 +312,7 @@ class Sender:
                 for batch in batches:
                     self._succeeded(batch, -1, -1)
                 return
-            by_tp = {}
-            for topic in response.responses:
-                for p in topic.partition_responses:
-                    by_tp[(topic.name, p.index)] = p
+            by_tp = {(p.topic, p.partition): p for p in response}
             for batch in batches:
                 p = by_tp.get((batch.topic, batch.partition))
                 if p is None:
