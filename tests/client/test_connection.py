@@ -5,11 +5,12 @@ import struct
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest, MetadataResponse
-from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from onceflow.client.connection import BrokerConnectionError, Connection
+from onceflow.client.producer.produce_wire import PartitionResult, ProduceRequestFrame
 from onceflow.protocol import apis
-from onceflow.protocol.errors import UnsupportedVersion
+from onceflow.protocol.errors import ErrorCode, KafkaError, UnsupportedVersion
 
 # What the scripted broker advertises: ApiVersions only up to v2, Metadata 0-9, nothing else.
 ADVERTISED = {18: (0, 2), 3: (0, 9)}
@@ -191,6 +192,78 @@ def test_cancel_as_the_response_arrives_still_cancels_send():
             with pytest.raises(asyncio.CancelledError):
                 await task
             assert task.cancelled()
+        finally:
+            await conn.close()
+
+    run(scenario())
+
+
+def test_unanswered_request_times_out_with_request_timed_out_and_is_forgotten():
+    async def scenario():
+        reader = asyncio.StreamReader()
+        writer = _RecordingWriter()
+        conn = Connection(reader, writer, host="127.0.0.1", port=0, client_id="t", request_timeout_s=0.05)
+        try:
+            with pytest.raises(KafkaError) as info:
+                await conn.send(MetadataRequest(topics=None), version=9)
+            assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
+            assert conn._pending == {}
+            # A late answer to the forgotten request is dropped; the connection still works.
+            _key, _version, late_id = apis.peek_request_header(writer.frames[0][4:])
+            empty = MetadataResponse(
+                throttle_time_ms=0, brokers=[], cluster_id="c", controller_id=0, topics=[]
+            )
+            reader.feed_data(bytes(apis.encode_response(empty, late_id, 9)))
+            task = asyncio.create_task(conn.send(MetadataRequest(topics=None), version=9))
+            while len(writer.frames) < 2:
+                await asyncio.sleep(0)
+            _key, _version, correlation_id = apis.peek_request_header(writer.frames[1][4:])
+            reader.feed_data(bytes(apis.encode_response(empty, correlation_id, 9)))
+            assert (await task).cluster_id == "c"
+        finally:
+            await conn.close()
+
+    run(scenario())
+
+
+def test_send_frame_writes_the_request_bytes_and_reads_the_answer_with_its_decoder():
+    async def scenario():
+        reader = asyncio.StreamReader()
+        writer = _RecordingWriter()
+        conn = Connection(reader, writer, host="127.0.0.1", port=0, client_id="me", request_timeout_s=30.0)
+        try:
+            request = ProduceRequestFrame(9, None, -1, 1000, [("t", 2, b"\x00" * 61)])
+            task = asyncio.create_task(conn.send_frame(request))
+            while not writer.frames:
+                await asyncio.sleep(0)
+            key, version, correlation_id = apis.peek_request_header(writer.frames[0][4:])
+            assert (key, version) == (0, 9)
+            assert writer.frames[0] == request.encode(correlation_id, "me")
+            P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+            response = ProduceResponse(
+                responses=[
+                    ProduceResponse.TopicProduceResponse(
+                        name="t",
+                        partition_responses=[
+                            P(
+                                index=2,
+                                error_code=0,
+                                base_offset=41,
+                                log_append_time_ms=-1,
+                                log_start_offset=0,
+                                record_errors=[],
+                                error_message=None,
+                            )
+                        ],  # fmt: skip
+                    )
+                ],
+                throttle_time_ms=0,
+            )
+            reader.feed_data(bytes(apis.encode_response(response, correlation_id, 9)))
+            assert await task == [PartitionResult("t", 2, 0, 41, -1, None)]
+            # acks=0: written, nothing awaited.
+            assert await conn.send_frame(ProduceRequestFrame(9, None, 0, 1000, [("t", 2, b"")])) is None
+            assert conn._pending == {}
         finally:
             await conn.close()
 

@@ -193,21 +193,29 @@ class Connection:
             raise BrokerConnectionError(f"lost connection to {self.host}:{self.port}: {exc}")
         if future is None:
             return None
-        # asyncio.timeout, not wait_for: on 3.11, if the response arrives in the same loop iteration
-        # as a task.cancel(), wait_for returns the response and the cancellation is lost (a consumer
-        # stopping its fetch loop hung on that). Awaiting the future itself keeps the cancellation.
+        # A timer on the future, not wait_for (3.11's can return the response and lose a task.cancel()
+        # landing in the same loop iteration; a consumer stopping its fetch loop hung on that) nor
+        # asyncio.timeout (~6% of the producer's CPU at thousands of requests per second). Awaiting
+        # the future itself keeps a cancellation.
+        timer = future.get_loop().call_later(
+            self.request_timeout_s, self._time_out, correlation_id, future, what
+        )
         try:
-            async with asyncio.timeout(self.request_timeout_s):
-                return await future
-        except TimeoutError:
-            self._pending.pop(correlation_id, None)
-            raise KafkaError(
-                f"{what.split()[0]} to {self.host}:{self.port} timed out after {self.request_timeout_s}s",
-                ErrorCode.REQUEST_TIMED_OUT,
-            )
+            return await future
         except asyncio.CancelledError:
             self._pending.pop(correlation_id, None)
             raise
+        finally:
+            timer.cancel()
+
+    def _time_out(self, correlation_id: int, future: asyncio.Future, what: str) -> None:
+        if self._pending.pop(correlation_id, None) is not None and not future.done():
+            future.set_exception(
+                KafkaError(
+                    f"{what.split()[0]} to {self.host}:{self.port} timed out after {self.request_timeout_s}s",
+                    ErrorCode.REQUEST_TIMED_OUT,
+                )
+            )
 
     async def _read_loop(self) -> None:
         try:

@@ -103,7 +103,8 @@ class Sender:
         self.partitions: dict[tuple[str, int], PartitionSequences] = {}
         self._node_inflight: dict[int, int] = {}
         self._requests_sent = 0
-        self._wake = asyncio.Event()
+        self._woken = False  # wakeup() since the loop last looked
+        self._wake_waiter: asyncio.Future | None = None  # what the idle loop awaits
         self._idle_waiters: list[asyncio.Future] = []
         self._metadata_task: asyncio.Task | None = None
         self._add_partitions_task: asyncio.Task | None = None
@@ -118,7 +119,10 @@ class Sender:
         self._task = asyncio.get_running_loop().create_task(self.run(), name="onceflow-producer-sender")
 
     def wakeup(self) -> None:
-        self._wake.set()
+        self._woken = True
+        waiter = self._wake_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def stop(self) -> None:
         self._closing = True
@@ -155,7 +159,7 @@ class Sender:
 
     async def run(self) -> None:
         while True:
-            self._wake.clear()
+            self._woken = False
             now = time.monotonic()
             self._expire(now)
             if now - self.network.last_refresh > self.metadata_max_age_s:
@@ -172,10 +176,23 @@ class Sender:
                         w.set_result(None)
                 if self._closing:
                     return
-            try:
-                await asyncio.wait_for(self._wake.wait(), delay if delay is not None else None)
-            except TimeoutError:
-                pass
+            await self._until_woken(delay)
+
+    async def _until_woken(self, delay: float | None) -> None:
+        """Until :meth:`wakeup` or ``delay`` seconds (None: no limit). The loop waits once per
+        request answered, so this is a bare future and timer: ``wait_for`` on an Event made a task
+        each time."""
+        if self._woken:
+            return
+        loop = asyncio.get_running_loop()
+        waiter = self._wake_waiter = loop.create_future()
+        timer = loop.call_later(delay, _resolve, waiter) if delay is not None else None
+        try:
+            await waiter
+        finally:
+            self._wake_waiter = None
+            if timer is not None:
+                timer.cancel()
 
     async def _send_ready(self, now: float) -> float | None:
         ready, delay = self.accumulator.ready(now, self._sendable)
@@ -526,3 +543,8 @@ def _trim(window: deque[ProducerBatch]) -> None:
     """Drop completed batches from the front: the window starts at the earliest unacknowledged one."""
     while window and window[0].done:
         window.popleft()
+
+
+def _resolve(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
