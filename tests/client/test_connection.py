@@ -268,3 +268,49 @@ def test_send_frame_writes_the_request_bytes_and_reads_the_answer_with_its_decod
             await conn.close()
 
     run(scenario())
+
+
+def test_submit_frame_returns_a_future_of_the_answer_or_of_the_error():
+    async def scenario():
+        reader = asyncio.StreamReader()
+        writer = _RecordingWriter()
+        conn = Connection(reader, writer, host="127.0.0.1", port=0, client_id="me", request_timeout_s=30.0)
+        try:
+            answered = conn.submit_frame(ProduceRequestFrame(12, None, -1, 1000, [("t", 0, b"\x01" * 61)]))
+            unanswered = conn.submit_frame(ProduceRequestFrame(12, None, 0, 1000, [("t", 0, b"\x02" * 61)]))
+            assert len(writer.frames) == 2  # written at once, no await needed
+            assert unanswered.done() and unanswered.result() is None
+            assert not answered.done()
+            _key, _version, correlation_id = apis.peek_request_header(writer.frames[0][4:])
+            P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+            response = ProduceResponse(
+                responses=[
+                    ProduceResponse.TopicProduceResponse(
+                        name="t",
+                        partition_responses=[
+                            P(
+                                index=0,
+                                error_code=0,
+                                base_offset=7,
+                                log_append_time_ms=-1,
+                                log_start_offset=0,
+                                record_errors=[],
+                                error_message=None,
+                            )
+                        ],  # fmt: skip
+                    )
+                ],
+                throttle_time_ms=0,
+            )
+            reader.feed_data(bytes(apis.encode_response(response, correlation_id, 12)))
+            assert await answered == [PartitionResult("t", 0, 0, 7, -1, None)]
+            in_flight = conn.submit_frame(ProduceRequestFrame(12, None, -1, 1000, [("t", 0, b"")]))
+        finally:
+            await conn.close()
+        # Closing fails what is in flight, and what is submitted afterwards.
+        with pytest.raises(BrokerConnectionError):
+            await in_flight
+        with pytest.raises(BrokerConnectionError):
+            await conn.submit_frame(ProduceRequestFrame(12, None, -1, 1000, [("t", 0, b"")]))
+
+    run(scenario())

@@ -59,8 +59,8 @@ class Connection:
         self._reader = reader
         self._writer = writer
         self._correlation_ids = itertools.count(1)
-        # correlation id -> (future, decode(frame) -> response, what was asked: for messages)
-        self._pending: dict[int, tuple[asyncio.Future, Callable, str]] = {}
+        # correlation id -> (future, decode(frame) -> response, what was asked, timeout timer)
+        self._pending: dict[int, tuple[asyncio.Future, Callable, str, asyncio.TimerHandle]] = {}
         self._broker_versions: dict[int, tuple[int, int]] = {}
         self.finalized_features: dict[str, int] = {}
         self.finalized_features_epoch = -1
@@ -178,41 +178,90 @@ class Connection:
                 f"connection to {self.host}:{self.port} is closed: {self._closed_error}"
             )
 
+    def submit_frame(self, request) -> asyncio.Future:
+        """Write ``request`` (an object as for :meth:`send_frame`) now and return a future of its
+        decoded answer; None once written if it expects no answer (acks=0); or the error
+        (:class:`BrokerConnectionError`, REQUEST_TIMED_OUT after the request timeout).
+
+        For the producer's sender, which handles answers in callbacks rather than with a task per
+        request. Each request is its own write: joining the requests of one sender pass into one
+        write measured slower (the broker then answered in bursts, leaving the pipeline empty
+        between them).
+        """
+        loop = asyncio.get_running_loop()
+        if self._closed_error is not None:
+            future = loop.create_future()
+            future.set_exception(
+                BrokerConnectionError(
+                    f"connection to {self.host}:{self.port} is closed: {self._closed_error}"
+                )
+            )
+            return future
+        correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
+        frame = request.encode(correlation_id, self.client_id)
+        answered = request.expect_response()
+        if answered:
+            future = self._register(
+                loop, correlation_id, request.decode_response, f"{request.name} v{request.version}"
+            )
+        else:
+            future = loop.create_future()
+        try:
+            self._writer.write(frame)
+        except (OSError, ConnectionError) as exc:
+            self._fail(exc)  # fails an answered request's future
+            if not answered:
+                future.set_exception(
+                    BrokerConnectionError(f"lost connection to {self.host}:{self.port}: {exc}")
+                )
+            return future
+        if not answered:
+            future.set_result(None)
+        return future
+
+    def _register(self, loop, correlation_id: int, decode: Callable, what: str) -> asyncio.Future:
+        """A future for the answer to ``correlation_id``, failed with REQUEST_TIMED_OUT if none comes
+        within the request timeout. A timer on the future, not wait_for (3.11's can return the
+        response and lose a task.cancel() landing in the same loop iteration; a consumer stopping its
+        fetch loop hung on that) nor asyncio.timeout (~6% of the producer's CPU at thousands of
+        requests per second)."""
+        future = loop.create_future()
+        timer = loop.call_later(self.request_timeout_s, self._time_out, correlation_id)
+        self._pending[correlation_id] = (future, decode, what, timer)
+        return future
+
     async def _exchange(self, correlation_id: int, frame: bytes, decode, what: str):
         """Write ``frame``; with a ``decode`` function wait for the answer to ``correlation_id``."""
         future = None
         if decode is not None:
-            future = asyncio.get_running_loop().create_future()
-            self._pending[correlation_id] = (future, decode, what)
+            future = self._register(asyncio.get_running_loop(), correlation_id, decode, what)
         try:
             self._writer.write(frame)
             await self._writer.drain()
         except (OSError, ConnectionError) as exc:
-            self._pending.pop(correlation_id, None)
+            self._forget(correlation_id)
             self._fail(exc)
             raise BrokerConnectionError(f"lost connection to {self.host}:{self.port}: {exc}")
         if future is None:
             return None
-        # A timer on the future, not wait_for (3.11's can return the response and lose a task.cancel()
-        # landing in the same loop iteration; a consumer stopping its fetch loop hung on that) nor
-        # asyncio.timeout (~6% of the producer's CPU at thousands of requests per second). Awaiting
-        # the future itself keeps a cancellation.
-        timer = future.get_loop().call_later(
-            self.request_timeout_s, self._time_out, correlation_id, future, what
-        )
         try:
-            return await future
+            return await future  # awaiting the future itself keeps a cancellation
         except asyncio.CancelledError:
-            self._pending.pop(correlation_id, None)
+            self._forget(correlation_id)
             raise
-        finally:
-            timer.cancel()
 
-    def _time_out(self, correlation_id: int, future: asyncio.Future, what: str) -> None:
-        if self._pending.pop(correlation_id, None) is not None and not future.done():
-            future.set_exception(
+    def _forget(self, correlation_id: int) -> None:
+        entry = self._pending.pop(correlation_id, None)
+        if entry is not None:
+            entry[3].cancel()
+
+    def _time_out(self, correlation_id: int) -> None:
+        entry = self._pending.pop(correlation_id, None)
+        if entry is not None and not entry[0].done():
+            what = entry[2].split()[0]
+            entry[0].set_exception(
                 KafkaError(
-                    f"{what.split()[0]} to {self.host}:{self.port} timed out after {self.request_timeout_s}s",
+                    f"{what} to {self.host}:{self.port} timed out after {self.request_timeout_s}s",
                     ErrorCode.REQUEST_TIMED_OUT,
                 )
             )
@@ -228,7 +277,8 @@ class Connection:
                 if entry is None:
                     log.warning("dropping response with unknown correlation id %d", correlation_id)
                     continue
-                future, decode, what = entry
+                future, decode, what, timer = entry
+                timer.cancel()
                 if future.done():
                     continue
                 try:
@@ -251,7 +301,8 @@ class Connection:
         if self._closed_error is None:
             self._closed_error = exc
         pending, self._pending = self._pending, {}
-        for future, _decode, _what in pending.values():
+        for future, _decode, _what, timer in pending.values():
+            timer.cancel()
             if not future.done():
                 future.set_exception(
                     BrokerConnectionError(f"lost connection to {self.host}:{self.port}: {exc}")

@@ -31,9 +31,15 @@ class ScriptedBroker:
     def version_for(self, request_cls) -> int:
         return 9
 
-    async def send_frame(self, request):
+    def submit_frame(self, request):
+        """A future answered on the next loop turn."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        loop.call_soon(future.set_result, self.answer(request))
+        return future
+
+    def answer(self, request):
         """Answer from the request's own bytes, read back with kafka-python (an independent decoder)."""
-        await asyncio.sleep(0)
         frame = request.encode(correlation_id=1, client_id="test")
         decoded = ProduceRequest.decode(frame[4:], version=request.version, header=True)
         answers = []

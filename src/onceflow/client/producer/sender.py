@@ -22,6 +22,7 @@ when their in-flight batches are done. A transactional producer instead fails th
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -34,6 +35,7 @@ from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.producer.errors import (
     FATAL_CODES,
     DeliveryTimeoutError,
+    ProducerClosedError,
     TransactionAbortableError,
     fatal_error_for,
 )
@@ -108,7 +110,7 @@ class Sender:
         self._idle_waiters: list[asyncio.Future] = []
         self._metadata_task: asyncio.Task | None = None
         self._add_partitions_task: asyncio.Task | None = None
-        self._request_tasks: set[asyncio.Task] = set()
+        self._stopped = False  # stop() finished: late answers change nothing
         self._closing = False
         self._task: asyncio.Task | None = None
         self.epoch_bumps = 0  # for tests and logs
@@ -129,7 +131,8 @@ class Sender:
         self.wakeup()
         if self._task is not None:
             await self._task
-        for task in (self._metadata_task, self._add_partitions_task, *self._request_tasks):
+        self._stopped = True
+        for task in (self._metadata_task, self._add_partitions_task):
             if task is not None and not task.done():
                 task.cancel()
 
@@ -230,7 +233,7 @@ class Sender:
                         batches.append(batch)
                 if not batches:
                     break
-                self._dispatch(node, conn, batches)
+                self._transmit(node, conn, *self._produce_request(node, conn, batches))
                 tps = [tp for tp in tps if self._has_ready_head(tp, now)]
         return delay
 
@@ -278,7 +281,10 @@ class Sender:
             seq.window.append(batch)
         seq.inflight.append(batch)
 
-    def _dispatch(self, node: int, conn, batches: list[ProducerBatch]) -> None:
+    def _produce_request(
+        self, node: int, conn, batches: list[ProducerBatch]
+    ) -> tuple[ProduceRequestFrame, list[ProducerBatch], int]:
+        """The Produce request for ``batches`` (counted in flight from now), with its number."""
         version = min(conn.version_for(ProduceRequest), PRODUCE_MAX_VERSION)  # the highest both speak
         if self.txn.is_transactional and not self.txn.transaction_v2:
             # Produce v12+ means "the broker adds the partition" (KIP-890 part 2): a transaction of the
@@ -294,55 +300,103 @@ class Sender:
         )
         self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
         self._requests_sent += 1
-        task = asyncio.get_running_loop().create_task(
-            self._send_request(node, conn, request, batches, self._requests_sent)
-        )
-        self._request_tasks.add(task)
-        task.add_done_callback(self._request_tasks.discard)
+        return request, batches, self._requests_sent
 
-    async def _send_request(
-        self, node, conn, request: ProduceRequestFrame, batches: list[ProducerBatch], number: int
-    ) -> None:
+    def _transmit(self, node: int, conn, request, batches: list[ProducerBatch], number: int) -> None:
+        """Write a request and handle its answer in a callback (no task per request: at 16 KiB
+        batches the sender sends thousands per second). Client faults delay or lose a request or its
+        answer with timers."""
         faults = self.faults
-        try:
-            try:
-                if faults is not None and faults.fires(DELAY_SEND, number):
-                    await asyncio.sleep(faults.parameters["delay-send.ms"] / 1000.0)
-                if faults is not None and faults.fires(DROP_REQUEST, number):
-                    log.info("fault %s: Produce request #%d not sent", DROP_REQUEST, number)
-                    await asyncio.sleep(self.request_timeout_s)
-                    raise KafkaError("request lost (client fault drop-request)", ErrorCode.REQUEST_TIMED_OUT)
-                started = time.monotonic()
-                response = await conn.send_frame(request)
-                if faults is not None and faults.fires(DROP_RESPONSE, number):
-                    log.info("fault %s: response to Produce request #%d ignored", DROP_RESPONSE, number)
-                    await asyncio.sleep(max(0.0, self.request_timeout_s - (time.monotonic() - started)))
-                    raise KafkaError(
-                        "response lost (client fault drop-response)", ErrorCode.REQUEST_TIMED_OUT
-                    )
-            except KafkaError as exc:
-                code = exc.code if exc.code != ErrorCode.UNKNOWN_SERVER_ERROR else ErrorCode.NETWORK_EXCEPTION
-                for batch in batches:
-                    self._failed(batch, code, str(exc))
+        if faults is not None:
+            loop = asyncio.get_running_loop()
+            if faults.fires(DELAY_SEND, number):
+                delay = faults.parameters["delay-send.ms"] / 1000.0
+                loop.call_later(delay, self._transmit_late, node, conn, request, batches, number)
                 return
-            if response is None:  # acks=0
+            if faults.fires(DROP_REQUEST, number):
+                log.info("fault %s: Produce request #%d not sent", DROP_REQUEST, number)
+                lost = KafkaError("request lost (client fault drop-request)", ErrorCode.REQUEST_TIMED_OUT)
+                loop.call_later(self.request_timeout_s, self._answered, node, batches, lost)
+                return
+        answer = conn.submit_frame(request)
+        answer.add_done_callback(functools.partial(self._on_answer, node, batches, number, time.monotonic()))
+
+    def _transmit_late(self, node: int, conn, request, batches: list[ProducerBatch], number: int) -> None:
+        """A delayed request (fault delay-send) goes now, unless it is also to be lost."""
+        if self.faults.fires(DROP_REQUEST, number):
+            log.info("fault %s: Produce request #%d not sent", DROP_REQUEST, number)
+            lost = KafkaError("request lost (client fault drop-request)", ErrorCode.REQUEST_TIMED_OUT)
+            asyncio.get_running_loop().call_later(self.request_timeout_s, self._answered, node, batches, lost)
+            return
+        answer = conn.submit_frame(request)
+        answer.add_done_callback(functools.partial(self._on_answer, node, batches, number, time.monotonic()))
+
+    def _on_answer(self, node: int, batches, number: int, sent: float, answer: asyncio.Future) -> None:
+        if answer.cancelled():
+            outcome: object = KafkaError("request cancelled", ErrorCode.NETWORK_EXCEPTION)
+        else:
+            outcome = answer.exception() or answer.result()
+        faults = self.faults
+        if (
+            faults is not None
+            and not isinstance(outcome, BaseException)
+            and faults.fires(DROP_RESPONSE, number)
+        ):
+            log.info("fault %s: response to Produce request #%d ignored", DROP_RESPONSE, number)
+            lost = KafkaError("response lost (client fault drop-response)", ErrorCode.REQUEST_TIMED_OUT)
+            wait = max(0.0, self.request_timeout_s - (time.monotonic() - sent))
+            asyncio.get_running_loop().call_later(wait, self._answered, node, batches, lost)
+            return
+        self._answered(node, batches, outcome)
+
+    def _answered(self, node: int, batches: list[ProducerBatch], outcome) -> None:
+        """Settle one request's batches from its answer: partition results, None (acks=0) or an error."""
+        self._node_inflight[node] -= 1
+        if self._stopped:
+            self._settle_after_stop(batches, outcome)
+            return
+        try:
+            if isinstance(outcome, BaseException):
+                code = getattr(outcome, "code", ErrorCode.NETWORK_EXCEPTION)
+                if code == ErrorCode.UNKNOWN_SERVER_ERROR:
+                    code = ErrorCode.NETWORK_EXCEPTION
+                for batch in batches:
+                    self._failed(batch, code, str(outcome))
+            elif outcome is None:  # acks=0
                 for batch in batches:
                     self._succeeded(batch, -1, -1)
-                return
-            by_tp = {(p.topic, p.partition): p for p in response}
-            for batch in batches:
-                p = by_tp.get((batch.topic, batch.partition))
-                if p is None:
-                    self._failed(batch, ErrorCode.NETWORK_EXCEPTION, "partition missing from the response")
-                elif p.error_code == ErrorCode.NONE:
-                    self._succeeded(batch, p.base_offset, p.log_append_time_ms)
-                elif p.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-                    self._succeeded(batch, -1, -1)  # written before; Kafka reports success without offset
-                else:
-                    self._failed(batch, ErrorCode(p.error_code), p.error_message or "")
+            else:
+                by_tp = {(p.topic, p.partition): p for p in outcome}
+                for batch in batches:
+                    p = by_tp.get((batch.topic, batch.partition))
+                    if p is None:
+                        self._failed(
+                            batch, ErrorCode.NETWORK_EXCEPTION, "partition missing from the response"
+                        )
+                    elif p.error_code == ErrorCode.NONE:
+                        self._succeeded(batch, p.base_offset, p.log_append_time_ms)
+                    elif p.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+                        self._succeeded(batch, -1, -1)  # written before; Kafka reports success without offset
+                    else:
+                        self._failed(batch, ErrorCode(p.error_code), p.error_message or "")
         finally:
-            self._node_inflight[node] -= 1
             self.wakeup()
+
+    def _settle_after_stop(self, batches: list[ProducerBatch], outcome) -> None:
+        """close() gave up waiting and the connection closed under a request: nothing is retried any
+        more, so each batch completes with its offset if the answer has one, else with an error."""
+        error = ProducerClosedError("producer closed before the record was acknowledged")
+        results = {}
+        if outcome is not None and not isinstance(outcome, BaseException):
+            results = {(p.topic, p.partition): p for p in outcome}
+        for batch in batches:
+            p = results.get((batch.topic, batch.partition))
+            if outcome is None:  # acks=0: written
+                self._complete(batch, -1, -1, None)
+            elif p is not None and p.error_code == ErrorCode.NONE:
+                self._complete(batch, p.base_offset, p.log_append_time_ms, None)
+            else:
+                self._complete(batch, -1, -1, error)
 
     # -- outcomes -----------------------------------------------------------------------------------
 
