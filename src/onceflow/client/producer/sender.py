@@ -1,6 +1,7 @@
 """The sender: drains ready batches into Produce requests, keeps sequence numbers, retries in order.
 
-One task on the producer's event loop. Per broker it keeps at most
+One task on the producer's event loop (requests are written and answered through
+:mod:`produce_dispatch`, without a task each). Per broker it keeps at most
 ``max.in.flight.requests.per.connection`` Produce requests in flight, each holding one batch per
 partition (as Kafka). With idempotence every batch gets its partition's next sequence number when it is
 first drained and keeps it on every retry, so the broker can recognise a retry of a batch it already
@@ -22,12 +23,9 @@ when their in-flight batches are done. A transactional producer instead fails th
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections import deque
-
-from kafka.protocol.producer import ProduceRequest
 
 from onceflow.client.producer.accumulator import RecordAccumulator
 from onceflow.client.producer.batch import ProducerBatch
@@ -39,13 +37,11 @@ from onceflow.client.producer.errors import (
     TransactionAbortableError,
     fatal_error_for,
 )
-from onceflow.client.producer.faults import DELAY_SEND, DROP_REQUEST, DROP_RESPONSE, ClientFaults
+from onceflow.client.producer.faults import ClientFaults
 from onceflow.client.producer.network import ProducerNetwork
-from onceflow.client.producer.produce_wire import MAX_VERSION as PRODUCE_MAX_VERSION
-from onceflow.client.producer.produce_wire import ProduceRequestFrame
+from onceflow.client.producer.produce_dispatch import ProduceDispatcher
 from onceflow.client.producer.transaction_manager import TransactionManager, TxnEvent, TxnState
 from onceflow.protocol.errors import ErrorCode, KafkaError
-from onceflow.protocol.transaction_versions import FIRST_TV2_PRODUCE_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +96,7 @@ class Sender:
         self.delivery_timeout_s = config.delivery_timeout_ms / 1000.0
         self.request_timeout_s = config.request_timeout_ms / 1000.0
         self.retry_backoff_s = config.retry_backoff_ms / 1000.0
-        self.compression = config.compression_codec
+        self.dispatcher = ProduceDispatcher(config, txn, faults, self._answered)
         self.metadata_max_age_s = config.metadata_max_age_ms / 1000.0
         self.partitions: dict[tuple[str, int], PartitionSequences] = {}
         self._node_inflight: dict[int, int] = {}
@@ -233,7 +229,10 @@ class Sender:
                         batches.append(batch)
                 if not batches:
                     break
-                self._transmit(node, conn, *self._produce_request(node, conn, batches))
+                self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
+                self._requests_sent += 1
+                request = self.dispatcher.request_for(conn, batches)
+                self.dispatcher.send(node, conn, request, batches, self._requests_sent)
                 tps = [tp for tp in tps if self._has_ready_head(tp, now)]
         return delay
 
@@ -281,76 +280,9 @@ class Sender:
             seq.window.append(batch)
         seq.inflight.append(batch)
 
-    def _produce_request(
-        self, node: int, conn, batches: list[ProducerBatch]
-    ) -> tuple[ProduceRequestFrame, list[ProducerBatch], int]:
-        """The Produce request for ``batches`` (counted in flight from now), with its number."""
-        version = min(conn.version_for(ProduceRequest), PRODUCE_MAX_VERSION)  # the highest both speak
-        if self.txn.is_transactional and not self.txn.transaction_v2:
-            # Produce v12+ means "the broker adds the partition" (KIP-890 part 2): a transaction of the
-            # protocol v1 adds its partitions with AddPartitionsToTxn and must stay below it.
-            version = min(version, FIRST_TV2_PRODUCE_VERSION - 1)
-        compression = self.compression
-        request = ProduceRequestFrame(
-            version,
-            self.txn.transactional_id,
-            self.config.acks,
-            self.config.request_timeout_ms,
-            [(batch.topic, batch.partition, batch.encode(compression)) for batch in batches],
-        )
-        self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
-        self._requests_sent += 1
-        return request, batches, self._requests_sent
-
-    def _transmit(self, node: int, conn, request, batches: list[ProducerBatch], number: int) -> None:
-        """Write a request and handle its answer in a callback (no task per request: at 16 KiB
-        batches the sender sends thousands per second). Client faults delay or lose a request or its
-        answer with timers."""
-        faults = self.faults
-        if faults is not None:
-            loop = asyncio.get_running_loop()
-            if faults.fires(DELAY_SEND, number):
-                delay = faults.parameters["delay-send.ms"] / 1000.0
-                loop.call_later(delay, self._transmit_late, node, conn, request, batches, number)
-                return
-            if faults.fires(DROP_REQUEST, number):
-                log.info("fault %s: Produce request #%d not sent", DROP_REQUEST, number)
-                lost = KafkaError("request lost (client fault drop-request)", ErrorCode.REQUEST_TIMED_OUT)
-                loop.call_later(self.request_timeout_s, self._answered, node, batches, lost)
-                return
-        answer = conn.submit_frame(request)
-        answer.add_done_callback(functools.partial(self._on_answer, node, batches, number, time.monotonic()))
-
-    def _transmit_late(self, node: int, conn, request, batches: list[ProducerBatch], number: int) -> None:
-        """A delayed request (fault delay-send) goes now, unless it is also to be lost."""
-        if self.faults.fires(DROP_REQUEST, number):
-            log.info("fault %s: Produce request #%d not sent", DROP_REQUEST, number)
-            lost = KafkaError("request lost (client fault drop-request)", ErrorCode.REQUEST_TIMED_OUT)
-            asyncio.get_running_loop().call_later(self.request_timeout_s, self._answered, node, batches, lost)
-            return
-        answer = conn.submit_frame(request)
-        answer.add_done_callback(functools.partial(self._on_answer, node, batches, number, time.monotonic()))
-
-    def _on_answer(self, node: int, batches, number: int, sent: float, answer: asyncio.Future) -> None:
-        if answer.cancelled():
-            outcome: object = KafkaError("request cancelled", ErrorCode.NETWORK_EXCEPTION)
-        else:
-            outcome = answer.exception() or answer.result()
-        faults = self.faults
-        if (
-            faults is not None
-            and not isinstance(outcome, BaseException)
-            and faults.fires(DROP_RESPONSE, number)
-        ):
-            log.info("fault %s: response to Produce request #%d ignored", DROP_RESPONSE, number)
-            lost = KafkaError("response lost (client fault drop-response)", ErrorCode.REQUEST_TIMED_OUT)
-            wait = max(0.0, self.request_timeout_s - (time.monotonic() - sent))
-            asyncio.get_running_loop().call_later(wait, self._answered, node, batches, lost)
-            return
-        self._answered(node, batches, outcome)
-
     def _answered(self, node: int, batches: list[ProducerBatch], outcome) -> None:
-        """Settle one request's batches from its answer: partition results, None (acks=0) or an error."""
+        """Settle one request's batches from its outcome (see :mod:`produce_dispatch`): partition
+        results, None (acks=0) or an error."""
         self._node_inflight[node] -= 1
         if self._stopped:
             self._settle_after_stop(batches, outcome)
