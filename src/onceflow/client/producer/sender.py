@@ -33,7 +33,6 @@ from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.producer.errors import (
     FATAL_CODES,
     DeliveryTimeoutError,
-    ProducerClosedError,
     TransactionAbortableError,
     fatal_error_for,
 )
@@ -106,7 +105,6 @@ class Sender:
         self._idle_waiters: list[asyncio.Future] = []
         self._metadata_task: asyncio.Task | None = None
         self._add_partitions_task: asyncio.Task | None = None
-        self._stopped = False  # stop() finished: late answers change nothing
         self._closing = False
         self._task: asyncio.Task | None = None
         self.epoch_bumps = 0  # for tests and logs
@@ -126,8 +124,7 @@ class Sender:
         self._closing = True
         self.wakeup()
         if self._task is not None:
-            await self._task
-        self._stopped = True
+            await self._task  # returns once idle: no request is in flight after this
         for task in (self._metadata_task, self._add_partitions_task):
             if task is not None and not task.done():
                 task.cancel()
@@ -284,9 +281,6 @@ class Sender:
         """Settle one request's batches from its outcome (see :mod:`produce_dispatch`): partition
         results, None (acks=0) or an error."""
         self._node_inflight[node] -= 1
-        if self._stopped:
-            self._settle_after_stop(batches, outcome)
-            return
         try:
             if isinstance(outcome, BaseException):
                 code = getattr(outcome, "code", ErrorCode.NETWORK_EXCEPTION)
@@ -313,22 +307,6 @@ class Sender:
                         self._failed(batch, ErrorCode(p.error_code), p.error_message or "")
         finally:
             self.wakeup()
-
-    def _settle_after_stop(self, batches: list[ProducerBatch], outcome) -> None:
-        """close() gave up waiting and the connection closed under a request: nothing is retried any
-        more, so each batch completes with its offset if the answer has one, else with an error."""
-        error = ProducerClosedError("producer closed before the record was acknowledged")
-        results = {}
-        if outcome is not None and not isinstance(outcome, BaseException):
-            results = {(p.topic, p.partition): p for p in outcome}
-        for batch in batches:
-            p = results.get((batch.topic, batch.partition))
-            if outcome is None:  # acks=0: written
-                self._complete(batch, -1, -1, None)
-            elif p is not None and p.error_code == ErrorCode.NONE:
-                self._complete(batch, p.base_offset, p.log_append_time_ms, None)
-            else:
-                self._complete(batch, -1, -1, error)
 
     # -- outcomes -----------------------------------------------------------------------------------
 
