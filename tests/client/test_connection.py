@@ -226,6 +226,23 @@ def test_unanswered_request_times_out_with_request_timed_out_and_is_forgotten():
     run(scenario())
 
 
+def _produce_answer(partition: int, base_offset: int, correlation_id: int, version: int) -> bytes:
+    """A broker's framed ProduceResponse: success for topic "t", ``partition`` at ``base_offset``."""
+    P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+    done = P(
+        index=partition,
+        error_code=0,
+        base_offset=base_offset,
+        log_append_time_ms=-1,
+        log_start_offset=0,
+        record_errors=[],
+        error_message=None,
+    )
+    topic = ProduceResponse.TopicProduceResponse(name="t", partition_responses=[done])
+    response = ProduceResponse(responses=[topic], throttle_time_ms=0)
+    return bytes(apis.encode_response(response, correlation_id, version))
+
+
 def test_send_frame_writes_the_request_bytes_and_reads_the_answer_with_its_decoder():
     async def scenario():
         reader = asyncio.StreamReader()
@@ -239,27 +256,7 @@ def test_send_frame_writes_the_request_bytes_and_reads_the_answer_with_its_decod
             key, version, correlation_id = apis.peek_request_header(writer.frames[0][4:])
             assert (key, version) == (0, 9)
             assert writer.frames[0] == request.encode(correlation_id, "me")
-            P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
-            response = ProduceResponse(
-                responses=[
-                    ProduceResponse.TopicProduceResponse(
-                        name="t",
-                        partition_responses=[
-                            P(
-                                index=2,
-                                error_code=0,
-                                base_offset=41,
-                                log_append_time_ms=-1,
-                                log_start_offset=0,
-                                record_errors=[],
-                                error_message=None,
-                            )
-                        ],  # fmt: skip
-                    )
-                ],
-                throttle_time_ms=0,
-            )
-            reader.feed_data(bytes(apis.encode_response(response, correlation_id, 9)))
+            reader.feed_data(_produce_answer(2, 41, correlation_id, 9))
             assert await task == [PartitionResult("t", 2, 0, 41, -1, None)]
             # acks=0: written, nothing awaited.
             assert await conn.send_frame(ProduceRequestFrame(9, None, 0, 1000, [("t", 2, b"")])) is None
@@ -282,27 +279,7 @@ def test_submit_frame_returns_a_future_of_the_answer_or_of_the_error():
             assert unanswered.done() and unanswered.result() is None
             assert not answered.done()
             _key, _version, correlation_id = apis.peek_request_header(writer.frames[0][4:])
-            P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
-            response = ProduceResponse(
-                responses=[
-                    ProduceResponse.TopicProduceResponse(
-                        name="t",
-                        partition_responses=[
-                            P(
-                                index=0,
-                                error_code=0,
-                                base_offset=7,
-                                log_append_time_ms=-1,
-                                log_start_offset=0,
-                                record_errors=[],
-                                error_message=None,
-                            )
-                        ],  # fmt: skip
-                    )
-                ],
-                throttle_time_ms=0,
-            )
-            reader.feed_data(bytes(apis.encode_response(response, correlation_id, 12)))
+            reader.feed_data(_produce_answer(0, 7, correlation_id, 12))
             assert await answered == [PartitionResult("t", 0, 0, 7, -1, None)]
             in_flight = conn.submit_frame(ProduceRequestFrame(12, None, -1, 1000, [("t", 0, b"")]))
         finally:

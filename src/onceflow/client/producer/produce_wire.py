@@ -16,6 +16,7 @@ import struct
 from typing import NamedTuple
 
 from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.schema_io import SchemaReader, SchemaWriter
 
 PRODUCE_API_KEY = 0
 MIN_VERSION = 3
@@ -23,12 +24,8 @@ MAX_VERSION = 12
 _FIRST_FLEXIBLE = 9
 
 _REQUEST_HEADER = struct.Struct(">ihhi")  # frame size, api key, api version, correlation id
-_INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
-_PARTITION_HEAD = struct.Struct(">i")
-_PARTITION_FIXED = struct.Struct(">ihqq")  # index, error code, base offset, log append time
-_EMPTY_TAGS = b"\x00"
 
 
 class PartitionResult(NamedTuple):
@@ -74,7 +71,7 @@ class ProduceRequestFrame:
     def expect_response(self) -> bool:
         return self.acks != 0  # acks=0: the broker answers nothing
 
-    def encode(self, correlation_id: int, client_id: str | None) -> bytes:
+    def encode(self, correlation_id: int, client_id: str | None) -> bytearray:
         """The whole frame: size prefix, request header, body."""
         flexible = self.version >= _FIRST_FLEXIBLE
         by_topic: dict[str, list[tuple[int, bytes | bytearray]]] = {}
@@ -83,35 +80,30 @@ class ProduceRequestFrame:
             if entries is None:
                 entries = by_topic[topic] = []
             entries.append((partition, records))
-        parts: list[bytes | bytearray] = [b"", _nullable_string(client_id)]  # [0]: header, set below
+        writer = SchemaWriter(flexible=False)  # the header's client id is a classic string in v2 too
+        writer.out += _REQUEST_HEADER.pack(0, PRODUCE_API_KEY, self.version, correlation_id)
+        writer.string(client_id)
         if flexible:
-            parts.append(_EMPTY_TAGS)
-            parts.append(_compact_nullable_string(self.transactional_id))
-        else:
-            parts.append(_nullable_string(self.transactional_id))
-        parts.append(_ACKS_TIMEOUT.pack(self.acks, self.timeout_ms))
-        parts.append(_uvarint(len(by_topic) + 1) if flexible else _INT32.pack(len(by_topic)))
+            writer.uvarint(0)  # header tagged fields
+            writer.flexible = True
+        writer.string(self.transactional_id)
+        writer.out += _ACKS_TIMEOUT.pack(self.acks, self.timeout_ms)
+        writer.array_len(len(by_topic))
         for topic, entries in by_topic.items():
-            name = topic.encode()
-            if flexible:
-                parts.append(_uvarint(len(name) + 1) + name + _uvarint(len(entries) + 1))
-            else:
-                parts.append(_INT16.pack(len(name)) + name + _INT32.pack(len(entries)))
+            writer.string(topic)
+            writer.array_len(len(entries))
             for partition, records in entries:
+                writer.int32(partition)
+                writer.bytes_(records)
                 if flexible:
-                    parts.append(_PARTITION_HEAD.pack(partition) + _uvarint(len(records) + 1))
-                    parts.append(records)
-                    parts.append(_EMPTY_TAGS)
-                else:
-                    parts.append(_PARTITION_HEAD.pack(partition) + _INT32.pack(len(records)))
-                    parts.append(records)
+                    writer.uvarint(0)
             if flexible:
-                parts.append(_EMPTY_TAGS)
+                writer.uvarint(0)
         if flexible:
-            parts.append(_EMPTY_TAGS)
-        size = _REQUEST_HEADER.size - 4 + sum(len(p) for p in parts)
-        parts[0] = _REQUEST_HEADER.pack(size, PRODUCE_API_KEY, self.version, correlation_id)
-        return b"".join(parts)
+            writer.uvarint(0)
+        frame = writer.out
+        _INT32.pack_into(frame, 0, len(frame) - 4)
+        return frame
 
     def decode_response(self, frame: bytes | memoryview) -> list[PartitionResult]:
         """Read the response ``frame`` (from the correlation id on) into one result per partition."""
@@ -124,123 +116,25 @@ class ProduceRequestFrame:
 
 
 def _decode_response(data: memoryview, version: int) -> list[PartitionResult]:
-    flexible = version >= _FIRST_FLEXIBLE
-    pos = 4  # correlation id: the connection has matched it already
-    if flexible:
-        pos = _skip_tags(data, pos)
-    if flexible:
-        topics, pos = _uvarint_at(data, pos)
-        topics -= 1
-    else:
-        (topics,) = _INT32.unpack_from(data, pos)
-        pos += 4
+    reader = SchemaReader(data, "ProduceResponse", flexible=version >= _FIRST_FLEXIBLE)
+    reader.int32()  # correlation id: the connection has matched it already
+    reader.tagged_fields()  # response header v1 (flexible versions)
     results: list[PartitionResult] = []
-    for _ in range(max(topics, 0)):
-        if flexible:
-            length, pos = _uvarint_at(data, pos)
-            length -= 1
-        else:
-            (length,) = _INT16.unpack_from(data, pos)
-            pos += 2
-        topic = str(data[pos : pos + length], "utf-8")
-        pos += length
-        if flexible:
-            partitions, pos = _uvarint_at(data, pos)
-            partitions -= 1
-        else:
-            (partitions,) = _INT32.unpack_from(data, pos)
-            pos += 4
-        for _ in range(max(partitions, 0)):
-            index, error_code, base_offset, append_time = _PARTITION_FIXED.unpack_from(data, pos)
-            pos += _PARTITION_FIXED.size
+    for _ in range(reader.array_len()):
+        topic = reader.string()
+        for _ in range(reader.array_len()):
+            index, error_code = reader.int32(), reader.int16()
+            base_offset, append_time = reader.int64(), reader.int64()
             if version >= 5:
-                pos += 8  # log start offset
+                reader.int64()  # log start offset
             message = None
             if version >= 8:
-                pos = _skip_record_errors(data, pos, flexible)
-                message, pos = _read_nullable_string(data, pos, flexible)
-            if flexible:
-                pos = _skip_tags(data, pos)  # v10+: current leader (tag 0)
+                for _ in range(reader.array_len()):  # record errors: the sender uses the message
+                    reader.int32()
+                    reader.nullable_string()
+                    reader.tagged_fields()
+                message = reader.nullable_string()
+            reader.tagged_fields()  # v10+: current leader (tag 0)
             results.append(PartitionResult(topic, index, error_code, base_offset, append_time, message))
-        if flexible:
-            pos = _skip_tags(data, pos)
+        reader.tagged_fields()
     return results  # throttle time and (v10+) node endpoints follow; the sender uses neither
-
-
-def _skip_record_errors(data: memoryview, pos: int, flexible: bool) -> int:
-    if flexible:
-        count, pos = _uvarint_at(data, pos)
-        count -= 1
-    else:
-        (count,) = _INT32.unpack_from(data, pos)
-        pos += 4
-    for _ in range(max(count, 0)):
-        pos += 4  # batch index
-        _message, pos = _read_nullable_string(data, pos, flexible)
-        if flexible:
-            pos = _skip_tags(data, pos)
-    return pos
-
-
-def _read_nullable_string(data: memoryview, pos: int, flexible: bool) -> tuple[str | None, int]:
-    if flexible:
-        length, pos = _uvarint_at(data, pos)
-        length -= 1
-    else:
-        (length,) = _INT16.unpack_from(data, pos)
-        pos += 2
-    if length < 0:
-        return None, pos
-    end = pos + length
-    if end > len(data):
-        raise ValueError("string runs past the end of the response")
-    return str(data[pos:end], "utf-8"), end
-
-
-def _skip_tags(data: memoryview, pos: int) -> int:
-    count, pos = _uvarint_at(data, pos)
-    for _ in range(count):
-        _tag, pos = _uvarint_at(data, pos)
-        size, pos = _uvarint_at(data, pos)
-        pos += size
-    if pos > len(data):
-        raise ValueError("tagged fields run past the end of the response")
-    return pos
-
-
-def _uvarint_at(data: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("unsigned varint longer than 5 bytes")
-
-
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _nullable_string(value: str | None) -> bytes:
-    if value is None:
-        return b"\xff\xff"
-    raw = value.encode()
-    return _INT16.pack(len(raw)) + raw
-
-
-def _compact_nullable_string(value: str | None) -> bytes:
-    if value is None:
-        return b"\x00"
-    raw = value.encode()
-    return _uvarint(len(raw) + 1) + raw
