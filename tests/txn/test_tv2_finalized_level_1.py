@@ -58,6 +58,13 @@ def test_our_producer_falls_back_to_the_protocol_v1(broker, monkeypatch):
         return await real_send(self, request, version=version)
 
     monkeypatch.setattr(Connection, "send", recording_send)
+    real_submit_frame = Connection.submit_frame
+
+    def recording_submit_frame(self, request):  # Produce requests the producer writes by hand
+        sent_versions.append(("ProduceRequest", request.version))
+        return real_submit_frame(self, request)
+
+    monkeypatch.setattr(Connection, "submit_frame", recording_submit_frame)
 
     async def run():
         async with AsyncClient(broker.bootstrap) as client:
