@@ -15,7 +15,9 @@ transaction (begin, 1,000 sends, commit), measured two ways:
 - P producers at once (threads, default 4), each with its own partition and transactional.id, N/P
   records each: commits of one producer overlap the others' sends, so the ratio shows what the
   transactions cost the broker per transaction — the quantity issue 4's target is about ("overhead
-  per transaction, not per record").
+  per transaction, not per record"). Caveat: the threads share the GIL, and the idempotent ones never
+  block, so the idempotent baseline loses some speed to GIL contention that the transactional threads
+  avoid while they wait for their commits; a ratio above 1 comes from that, not from transactions.
 
 A confluent-kafka consumer then reads the single-producer transactional topic back with
 read_uncommitted and with read_committed. Contenders run interleaved in ABBA order, at least three
