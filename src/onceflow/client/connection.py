@@ -174,9 +174,10 @@ class Connection:
 
     def _check_open(self) -> None:
         if self._closed_error is not None:
-            raise BrokerConnectionError(
-                f"connection to {self.host}:{self.port} is closed: {self._closed_error}"
-            )
+            raise self._closed_exception()
+
+    def _closed_exception(self) -> BrokerConnectionError:
+        return BrokerConnectionError(f"connection to {self.host}:{self.port} is closed: {self._closed_error}")
 
     def submit_frame(self, request) -> asyncio.Future:
         """Write ``request`` (an object as for :meth:`send_frame`) now and return a future of its
@@ -191,11 +192,7 @@ class Connection:
         loop = asyncio.get_running_loop()
         if self._closed_error is not None:
             future = loop.create_future()
-            future.set_exception(
-                BrokerConnectionError(
-                    f"connection to {self.host}:{self.port} is closed: {self._closed_error}"
-                )
-            )
+            future.set_exception(self._closed_exception())
             return future
         correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
         frame = request.encode(correlation_id, self.client_id)
