@@ -222,27 +222,22 @@ def run_round(
             lambda: produce_transactional(b, txn_topic, records, payload, commits.setdefault("onceflow", [])),
         )
 
-    def concurrent_idempotent() -> None:
+    def concurrent(mode: str, job) -> None:
         topic = create_topic(b, producers)
         timed(
             samples,
-            f"onceflow.produce_idempotent.{producers}_producers",
+            f"onceflow.produce_{mode}.{producers}_producers",
             onceflow,
             records,
-            lambda: produce_concurrently(b, topic, records, payload, producers, produce_idempotent),
+            lambda: produce_concurrently(b, topic, records, payload, producers, job),
         )
         delete_topic(b, topic)
 
+    def concurrent_idempotent() -> None:
+        concurrent("idempotent", produce_idempotent)
+
     def concurrent_transactional() -> None:
-        topic = create_topic(b, producers)
-        timed(
-            samples,
-            f"onceflow.produce_transactional.{producers}_producers",
-            onceflow,
-            records,
-            lambda: produce_concurrently(b, topic, records, payload, producers, produce_transactional),
-        )
-        delete_topic(b, topic)
+        concurrent("transactional", produce_transactional)
 
     def tansu_transactional() -> None:
         if "tansu" not in brokers:
