@@ -370,6 +370,7 @@ class Log:
     def _roll_at(self, base_offset: int, now: int) -> LogSegment:
         old = self._segments[-1]
         old.write_indexes()
+        old.release_reserved()
         # The snapshot covers everything below the new segment: recovery replays at most the active one.
         self.producer_state.take_snapshot(self.directory)
         self._bytes_since_snapshot = 0

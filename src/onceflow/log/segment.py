@@ -3,7 +3,9 @@
 The ``.log`` file is the producers' batches back to back, exactly as they came (with the offsets the
 log assigned). The file descriptor stays open for the segment's life: appends are one ``os.write``
 per append call on an ``O_APPEND`` descriptor, reads are ``os.pread``. Nothing is cached but the two
-sparse indexes and a few numbers (next offset, largest timestamp, last batch position).
+sparse indexes and a few numbers (next offset, largest timestamp, last batch position). Big appends
+write into disk space reserved ahead of the end without growing the file (``preallocate``), given
+back when the segment rolls or closes.
 
 When a segment is sealed (rolled) or the log is closed, each index gets a final entry for the last
 batch. That makes an index self-checking on open: its last offset entry must point at a batch that
@@ -17,6 +19,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from onceflow.log import preallocate
 from onceflow.log.index import OffsetIndex, TimeIndex, read_file
 from onceflow.protocol import records
 from onceflow.protocol.errors import KafkaStorageError
@@ -31,6 +34,10 @@ NO_TIMESTAMP = -1
 _HEADER_CHUNK = 16 * 1024  # header walks read this much at a time (index.interval.bytes is 4 KiB)
 _SCAN_CHUNK = 8 * 1024 * 1024  # recovery reads this much at a time
 _MAX_RELATIVE_OFFSET = 2**31 - 1
+# Appends of at least this much write into disk space reserved ahead of them (see preallocate), in
+# steps of RESERVE_AHEAD; smaller appends gain little from it and would pay a syscall for it.
+RESERVE_MIN_APPEND = 64 * 1024
+RESERVE_AHEAD = 8 * 1024 * 1024
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -50,7 +57,13 @@ class LogSegment:
         self.offset_index = OffsetIndex(base_offset)
         self.time_index = TimeIndex(base_offset)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self._fd).st_size
+        stat = os.fstat(self._fd)
+        self.size = stat.st_size
+        # Disk reserved past the end. A reservation left by a process that died before releasing it
+        # counts too, so that the next roll or close gives it back (the last block's rounding doesn't).
+        allocated = stat.st_blocks * 512
+        self._reserved_end = allocated if allocated - self.size >= RESERVE_MIN_APPEND else self.size
+        self._can_reserve = True
         self.next_offset = base_offset  # one past the last offset stored here
         self.max_timestamp = NO_TIMESTAMP
         self.created_ms = now_ms  # wall-clock start of this segment's life, for segment.ms
@@ -134,8 +147,8 @@ class LogSegment:
                 valid_end,
                 self.next_offset,
             )
-            os.ftruncate(self._fd, valid_end)
-            self.size = valid_end
+            os.ftruncate(self._fd, valid_end)  # also frees any reservation past the cut
+            self.size = self._reserved_end = valid_end
         self.write_indexes()  # so the next open can trust them
         return removed
 
@@ -145,6 +158,12 @@ class LogSegment:
         """Write ``data`` (whole batches) with one write call; ``batches`` gives each one's
         ``(last offset, max timestamp, size)`` for the indexes."""
         view = memoryview(data)
+        if (
+            len(view) >= RESERVE_MIN_APPEND
+            and self._can_reserve
+            and self.size + len(view) > self._reserved_end
+        ):
+            self._reserve(self.size + len(view) + RESERVE_AHEAD)
         while view:
             written = os.write(self._fd, view)
             view = view[written:]
@@ -153,6 +172,19 @@ class LogSegment:
             self._index_batch(position, last_offset, max_timestamp, size)
             position += size
         self.size = position
+
+    def _reserve(self, end: int) -> None:
+        reserved = preallocate.reserve(self._fd, self.size, end - self.size)
+        if reserved is None:
+            self._can_reserve = False
+        elif reserved:
+            self._reserved_end = end
+
+    def release_reserved(self) -> None:
+        """Give back the disk reserved past the end: the segment has stopped growing."""
+        if self._reserved_end > self.size and self._fd >= 0:
+            preallocate.release(self._fd, self.size)
+        self._reserved_end = self.size
 
     def _index_batch(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
         # Kafka's LogSegment.append rule: an entry once more than index.interval.bytes were written since
@@ -190,8 +222,8 @@ class LogSegment:
         if found is None:
             return
         position, _header = found
-        os.ftruncate(self._fd, position)
-        self.size = position
+        os.ftruncate(self._fd, position)  # also frees any reservation past the cut
+        self.size = self._reserved_end = position
         self.recover()
 
     # --- reading ---
@@ -335,6 +367,7 @@ class LogSegment:
 
     def close(self) -> None:
         if self._fd >= 0:
+            self.release_reserved()
             os.close(self._fd)
             self._fd = -1
 
