@@ -13,6 +13,9 @@ holding the LSO back forever (a hanging transaction).
   retry, as Kafka does for old clients; a stale epoch answers INVALID_PRODUCER_EPOCH.
 - Produce v12+ (transaction protocol v2): the broker adds the partitions itself
   (``add_partitions_to_txn`` with TV_2) before appending, so clients send no AddPartitionsToTxn.
+  The same translations apply, except that CONCURRENT_TRANSACTIONS is answered as it is: with TV_2
+  it is the usual answer while the previous transaction's markers go out, and these clients retry
+  it (Kafka's ReplicaManager makes the same exception for clients that support the epoch bump).
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.records import BatchHeader, read_header
 from onceflow.protocol.transaction_versions import FIRST_ABORTABLE_PRODUCE_VERSION, FIRST_TV2_PRODUCE_VERSION
 
-_RETRIABLE_FOR_PRODUCE = frozenset(
+# Coordinator answers a producer may not retry on a Produce; NOT_ENOUGH_REPLICAS makes every producer
+# retry without refreshing its metadata.
+_RETRIED_AS_NOT_ENOUGH_REPLICAS = frozenset(
     {
-        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.NETWORK_EXCEPTION,
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
         ErrorCode.NOT_COORDINATOR,
@@ -37,7 +42,9 @@ _RETRIABLE_FOR_PRODUCE = frozenset(
 def _produce_error(code: ErrorCode, message: str, produce_version: int) -> KafkaError:
     if code == ErrorCode.TRANSACTION_ABORTABLE and produce_version < FIRST_ABORTABLE_PRODUCE_VERSION:
         code = ErrorCode.INVALID_TXN_STATE
-    elif code in _RETRIABLE_FOR_PRODUCE:
+    elif code in _RETRIED_AS_NOT_ENOUGH_REPLICAS or (
+        code == ErrorCode.CONCURRENT_TRANSACTIONS and produce_version < FIRST_TV2_PRODUCE_VERSION
+    ):
         code = ErrorCode.NOT_ENOUGH_REPLICAS
     elif code == ErrorCode.PRODUCER_FENCED:
         code = ErrorCode.INVALID_PRODUCER_EPOCH
