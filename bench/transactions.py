@@ -12,12 +12,13 @@ transaction (begin, 1,000 sends, commit), measured two ways:
   for EndTxn, while the idempotent producer keeps five requests in flight. This measures one
   client's commit latency, not the broker's overhead per transaction; librdkafka's in-process mock
   cluster (``mock.*``, C, no disk) runs the same loop as the reference for that latency floor.
-- P producers at once (threads, default 4), each with its own partition and transactional.id, N/P
-  records each: commits of one producer overlap the others' sends, so the ratio shows what the
-  transactions cost the broker per transaction — the quantity issue 4's target is about ("overhead
-  per transaction, not per record"). Caveat: the threads share the GIL, and the idempotent ones never
-  block, so the idempotent baseline loses some speed to GIL contention that the transactional threads
-  avoid while they wait for their commits; a ratio above 1 comes from that, not from transactions.
+- P producers at once (separate processes, default 4), each with its own partition and
+  transactional.id, 2N/P records each, timed from the moment all of them have set up their producer:
+  commits of one producer overlap the others' sends, so the ratio shows what the transactions cost
+  per transaction when the machine is kept busy — the quantity issue 4's target is about ("overhead
+  per transaction, not per record"). Processes rather than threads, so that no producer waits for
+  another's GIL (with threads, the idempotent ones, which never block, lost more to it than the
+  transactional ones, which wait for commits, and the ratio came out above 1).
 
 A confluent-kafka consumer then reads the single-producer transactional topic back with
 read_uncommitted and with read_committed. Contenders run interleaved in ABBA order, at least three
@@ -30,11 +31,13 @@ read_committed / read_uncommitted >= 0.95, onceflow / Tansu transactional >= 1.0
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,6 +50,9 @@ FULL = {"records": 200_000, "rounds": 3}
 QUICK = {"records": 40_000, "rounds": 3}
 RECORD_BYTES = 1_000
 RECORDS_PER_TXN = 1_000
+# The concurrent runs send this many times N records in all: at 2N each producer runs 100 transactions
+# in the full run, and the phase lasts over a second instead of ~0.6 s, which the machine's noise swamped.
+CONCURRENT_RECORDS_FACTOR = 2
 PRODUCER_CONF = {
     "acks": "all",
     "linger.ms": 5,
@@ -92,9 +98,17 @@ def _send(producer: Producer, topic: str, payload: bytes, first: int, count: int
 
 
 def produce_idempotent(
-    bootstrap: str | None, topic: str, records: int, payload: bytes, partition: int = 0
+    bootstrap: str | None,
+    topic: str,
+    records: int,
+    payload: bytes,
+    partition: int = 0,
+    ready: Callable[[], None] | None = None,
 ) -> None:
+    """``ready``, if given, is called once the producer is set up, before the first send."""
     producer = Producer({**_where(bootstrap), "enable.idempotence": True, **PRODUCER_CONF})
+    if ready is not None:
+        ready()
     _send(producer, topic, payload, 0, records, partition)
     if producer.flush(120):
         raise RuntimeError(f"idempotent produce to {bootstrap or 'mock'}: records left undelivered")
@@ -107,13 +121,17 @@ def produce_transactional(
     payload: bytes,
     commit_seconds: list[float] | None = None,
     partition: int = 0,
+    ready: Callable[[], None] | None = None,
 ) -> None:
     """``commit_seconds`` collects how long each commit_transaction() took (flush of the last
-    batches, then EndTxn): the per-transaction cost that idempotent produce does not pay."""
+    batches, then EndTxn): the per-transaction cost that idempotent produce does not pay. ``ready``,
+    if given, is called after init_transactions(), before the first transaction."""
     producer = Producer(
         {**_where(bootstrap), "transactional.id": f"bench-{uuid.uuid4().hex[:8]}", **PRODUCER_CONF}
     )
     producer.init_transactions(30)
+    if ready is not None:
+        ready()
     for first in range(0, records, RECORDS_PER_TXN):
         producer.begin_transaction()
         _send(producer, topic, payload, first, min(RECORDS_PER_TXN, records - first), partition)
@@ -123,28 +141,59 @@ def produce_transactional(
             commit_seconds.append(time.perf_counter() - started)
 
 
-def produce_concurrently(
-    bootstrap: str, topic: str, records: int, payload: bytes, producers: int, job
+def _producer_process(
+    job, bootstrap: str, topic: str, records: int, payload: bytes, partition: int, barrier
 ) -> None:
-    """``producers`` threads, each running ``job(bootstrap, topic, records // producers, payload,
-    partition=k)`` on its own partition of one new topic; re-raises the first thread's error.
-    confluent-kafka releases the GIL while it waits (flush, commit), so one producer's commit overlaps
-    the others' sends."""
-    errors: list[BaseException] = []
+    """One concurrent producer, in its own process: set up, meet the others at ``barrier``, send."""
+    job(
+        bootstrap, topic, records, payload, partition=partition, ready=lambda: barrier.wait(BARRIER_TIMEOUT_S)
+    )
 
-    def run(k: int) -> None:
-        try:
-            job(bootstrap, topic, records // producers, payload, partition=k)
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-            errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(producers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+BARRIER_TIMEOUT_S = 120
+
+
+def start_producer_processes(
+    bootstrap: str, topic: str, records: int, payload: bytes, producers: int, job
+) -> Callable[[], None]:
+    """Start ``producers`` processes, each running ``job(bootstrap, topic, records // producers,
+    payload, partition=k)`` on its own partition of ``topic``, and return once all of them have set
+    up their producer (process start-up, imports and init_transactions are not measured). The
+    returned function waits for them all and raises if any failed.
+
+    Processes, not threads: four Python threads would share one GIL, and the idempotent ones, which
+    never block, would lose more speed to it than the transactional ones, which wait for commits."""
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process holding librdkafka threads
+    barrier = ctx.Barrier(producers + 1)
+    processes = [
+        ctx.Process(
+            target=_producer_process,
+            args=(job, bootstrap, topic, records // producers, payload, k, barrier),
+            daemon=True,
+        )
+        for k in range(producers)
+    ]
+    for process in processes:
+        process.start()
+
+    def failed() -> list[str]:
+        return [f"producer {k}: exit code {p.exitcode}" for k, p in enumerate(processes) if p.exitcode]
+
+    try:
+        barrier.wait(BARRIER_TIMEOUT_S)
+    except threading.BrokenBarrierError:
+        for process in processes:
+            process.kill()
+            process.join()
+        raise RuntimeError(f"concurrent producers did not all start: {failed() or 'timed out'}") from None
+
+    def wait() -> None:
+        for process in processes:
+            process.join()
+        if failed():
+            raise RuntimeError(f"concurrent {job.__name__} to {bootstrap}: {', '.join(failed())}")
+
+    return wait
 
 
 def consume(bootstrap: str, topic: str, records: int, isolation: str) -> None:
@@ -175,9 +224,11 @@ def consume(bootstrap: str, topic: str, records: int, isolation: str) -> None:
         consumer.close()
 
 
-def timed(samples: dict, key: str, broker, records: int, job) -> None:
+def timed(samples: dict, key: str, broker, records: int, job, prepare=None) -> None:
     """Run ``job`` and record its rate; ``broker`` None (the mock cluster, inside this process)
-    records no broker CPU."""
+    records no broker CPU. ``prepare``, if given, runs unmeasured first and returns the job."""
+    if prepare is not None:
+        job = prepare()
     with measure(broker.pid if broker is not None else os.getpid()) as m:
         job()
     r = m.result
@@ -224,12 +275,14 @@ def run_round(
 
     def concurrent(mode: str, job) -> None:
         topic = create_topic(b, producers)
+        many = records * CONCURRENT_RECORDS_FACTOR
         timed(
             samples,
             f"onceflow.produce_{mode}.{producers}_producers",
             onceflow,
-            records,
-            lambda: produce_concurrently(b, topic, records, payload, producers, job),
+            many,
+            None,
+            prepare=lambda: start_producer_processes(b, topic, many, payload, producers, job),
         )
         delete_topic(b, topic)
 
@@ -338,6 +391,7 @@ def summarize(samples: dict, records: int, rounds: int, quick: bool, producers: 
         "load_average_1m": round(os.getloadavg()[0], 2),
         "params": {
             "records": records,
+            "records_concurrent": records * CONCURRENT_RECORDS_FACTOR,
             "record_bytes": RECORD_BYTES,
             "records_per_txn": RECORDS_PER_TXN,
             "rounds": rounds,
