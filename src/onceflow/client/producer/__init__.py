@@ -18,6 +18,7 @@ from onceflow.client.producer.errors import (
     IllegalTransactionStateError,
     ProducerError,
     ProducerFencedError,
+    RecordTooLargeError,
     TransactionAbortableError,
     TransactionAbortedError,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "ProducerConfig",
     "ProducerError",
     "ProducerFencedError",
+    "RecordTooLargeError",
     "RecordFuture",
     "RecordMetadata",
     "TransactionAbortableError",

@@ -298,6 +298,34 @@ class RecordAccumulator:
         return batches
 
 
+_RECORD_BATCH_OVERHEAD = 61  # a magic-2 batch header
+_MAX_RECORD_OVERHEAD = 21  # a record's length, attributes, timestamp and offset deltas, header count
+
+
+def _varint_size(n: int) -> int:
+    zigzag = (n << 1) ^ (n >> 63)
+    size = 1
+    while zigzag >= 0x80:
+        zigzag >>= 7
+        size += 1
+    return size
+
+
+def serialized_size_upper_bound(key, value, headers) -> int:
+    """The most bytes a batch holding just this record can take, uncompressed (Kafka's
+    ``estimateSizeInBytesUpperBound``): what ``max.request.size`` and ``buffer.memory`` are checked
+    against when a record is sent."""
+    key_len = len(key) if key is not None else -1
+    value_len = len(value) if value is not None else -1
+    size = _RECORD_BATCH_OVERHEAD + _MAX_RECORD_OVERHEAD
+    size += _varint_size(key_len) + max(key_len, 0) + _varint_size(value_len) + max(value_len, 0)
+    for name, val in headers or ():
+        name_len = len(name.encode() if isinstance(name, str) else name)
+        val_len = len(val) if val is not None else -1
+        size += _varint_size(name_len) + name_len + _varint_size(val_len) + max(val_len, 0)
+    return size
+
+
 def _record_estimate(key, value, headers) -> int:
     size = _BATCH_OVERHEAD + 21 + (len(key) if key else 0) + (len(value) if value else 0)
     for name, val in headers or ():

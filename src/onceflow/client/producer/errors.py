@@ -8,6 +8,7 @@
 - Retriable errors (``KafkaError.retriable``) are retried inside the producer until
   ``delivery.timeout.ms``; a user sees them only as :class:`DeliveryTimeoutError`.
 - :class:`IllegalTransactionStateError`: the API was called out of order (e.g. commit before begin).
+- :class:`RecordTooLargeError`: raised by send() itself for a record that no request could carry.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ class IllegalTransactionStateError(ProducerError):
     """A transactional call was made in a state that does not allow it (the message names both)."""
 
     code = ErrorCode.INVALID_TXN_STATE
+
+
+class RecordTooLargeError(ProducerError):
+    """send() refused a record whose serialized size exceeds max.request.size or buffer.memory: no
+    request could carry it. Nothing was queued; raise the setting or send smaller records."""
+
+    code = ErrorCode.MESSAGE_TOO_LARGE
 
 
 class DeliveryTimeoutError(ProducerError):

@@ -30,13 +30,14 @@ from typing import Any
 
 from onceflow.client.consumer.structs import ConsumerGroupMetadata
 from onceflow.client.producer import txn_requests
-from onceflow.client.producer.accumulator import RecordAccumulator
+from onceflow.client.producer.accumulator import RecordAccumulator, serialized_size_upper_bound
 from onceflow.client.producer.batch import RecordFuture, RecordMetadata
 from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.producer.errors import (
     FATAL_CODES,
     FatalProducerError,
     ProducerClosedError,
+    RecordTooLargeError,
     TransactionAbortedError,
 )
 from onceflow.client.producer.faults import ClientFaults
@@ -49,6 +50,9 @@ from onceflow.protocol.errors import KafkaError
 log = logging.getLogger(__name__)
 
 _NO_HEADERS: list = []  # shared: the batch builder only reads it
+# Batch header + record overhead + key/value length varints: a record whose key and value lengths
+# add up to less than (limit - this) and that has no headers is within the limit without measuring.
+_SIZE_CHECK_SLACK = 61 + 21 + 10
 
 
 def _as_group_metadata(group) -> ConsumerGroupMetadata:
@@ -119,6 +123,9 @@ class AsyncProducer:
         self._sender: Sender | None = None
         self._closed = False
         self._started = False
+        # A record bigger than this can never be sent: no request may exceed max.request.size, and
+        # its batch must fit in buffer.memory (Kafka's ensureValidRecordSize).
+        self._record_size_limit = min(self.config.max_request_size, self.config.buffer_memory)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -213,6 +220,10 @@ class AsyncProducer:
         """The part of send() that needs no waiting: usable from any thread (the sync facade)."""
         if self._closed:
             raise ProducerClosedError("send() after close()")
+        if headers or (len(value) if value else 0) + (len(key) if key else 0) > (
+            self._record_size_limit - _SIZE_CHECK_SLACK
+        ):
+            self._check_record_size(key, value, headers)
         txn = self.txn
         if txn.transactional_id is not None:
             txn.check_can_send()
@@ -278,7 +289,7 @@ class AsyncProducer:
         next group fits (0: none, go on). The async and the sync producer differ only in how they
         wait, so each iterates this and waits its own way.
         """
-        for part, indices in self._plan_many(topic, values, keys, partition, count):
+        for part, indices in self._plan_many(topic, values, keys, partition, count, headers):
             position = 0
             while True:
                 position, need = self._append_group(
@@ -288,11 +299,14 @@ class AsyncProducer:
                 if not need:
                     break
 
-    def _plan_many(self, topic, values, keys, partition, count) -> list[tuple[int, Sequence[int]]]:
+    def _plan_many(
+        self, topic, values, keys, partition, count, headers=None
+    ) -> list[tuple[int, Sequence[int]]]:
         """Which partition each record goes to, as ``[(partition, indices in order)]``."""
         n = len(values)
         if keys is not None and len(keys) != n:
             raise ValueError(f"send_many: {len(keys)} keys for {n} values")
+        self._check_many_sizes(values, keys, headers)
         if partition is not None:
             if not 0 <= partition < count:
                 raise KafkaError(f"partition {partition} of {topic!r} does not exist (it has {count})", 3)
@@ -361,6 +375,36 @@ class AsyncProducer:
             txn.maybe_add_partition((topic, part))
             self._wake_sender()
         return position, need
+
+    def _check_record_size(self, key, value, headers) -> None:
+        size = serialized_size_upper_bound(key, value, headers)
+        if size <= self._record_size_limit:
+            return
+        if size > self.config.max_request_size:
+            setting, limit = "max.request.size", self.config.max_request_size
+        else:
+            setting, limit = "buffer.memory", self.config.buffer_memory
+        raise RecordTooLargeError(
+            f"the record is {size} bytes when serialized, more than {setting} ({limit}); "
+            f"raise {setting} (and the topic's max.message.bytes) or send smaller records"
+        )
+
+    def _check_many_sizes(self, values, keys, headers) -> None:
+        """send_many's records against the size limit, before any is queued (all or nothing)."""
+        if headers is None:
+            try:
+                # C-speed maxima first: almost always they settle it without a per-record loop.
+                longest = max(map(len, values), default=0) + (
+                    max(map(len, keys), default=0) if keys is not None else 0
+                )
+            except TypeError:  # a None key or value: measure one by one
+                longest = self._record_size_limit
+            if longest <= self._record_size_limit - _SIZE_CHECK_SLACK:
+                return
+        for i, value in enumerate(values):
+            self._check_record_size(
+                keys[i] if keys is not None else None, value, headers[i] if headers is not None else None
+            )
 
     def _block_deadline(self) -> float:
         return time.monotonic() + self.config.max_block_ms / 1000.0

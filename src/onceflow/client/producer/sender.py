@@ -92,6 +92,7 @@ class Sender:
         self.faults = faults
         self.idempotent = bool(config.enable_idempotence)
         self.max_in_flight = config.max_in_flight_requests_per_connection
+        self.max_request_size = config.max_request_size
         self.delivery_timeout_s = config.delivery_timeout_ms / 1000.0
         self.request_timeout_s = config.request_timeout_ms / 1000.0
         self.retry_backoff_s = config.retry_backoff_ms / 1000.0
@@ -213,17 +214,23 @@ class Sender:
                     self._request_metadata()
                     delay = self.retry_backoff_s if delay is None else min(delay, self.retry_backoff_s)
                     continue
-            # Each request carries the first batch of each partition; repeat while capacity lasts.
+            # Each request carries the first batch of each partition, as many as fit in
+            # max.request.size (the first always goes); repeat while capacity lasts.
             while tps and self._node_inflight.get(node, 0) < self.max_in_flight:
                 batches = []
+                room = self.max_request_size
                 for tp in tps:
                     head = self.accumulator.peek(tp)
                     if head is None or not self._sendable(tp, head):
                         continue
+                    size = head.size()
+                    if batches and size > room:
+                        continue  # the next request takes it
                     batch = self.accumulator.pop_first(tp)
                     if batch is not None:
                         self._prepare(tp, batch)
                         batches.append(batch)
+                        room -= size
                 if not batches:
                     break
                 self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
