@@ -4,6 +4,7 @@ and the sender never puts more than max.request.size of batches in one Produce r
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 
 import pytest
@@ -115,3 +116,97 @@ def test_a_request_holds_no_more_than_max_request_size_of_batches():
     assert sum(count for count, _ in broker.requests) == partitions
     assert len(broker.requests) >= 2  # six batches of ~300 bytes cannot share one 1,000-byte request
     assert all(size <= 1_000 for _, size in broker.requests), broker.requests
+
+
+# -- MESSAGE_TOO_LARGE: the batch is split and sent again ------------------------------------------
+
+
+def _topic_with_max_message_bytes(bootstrap: str, limit: int) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"split-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(topic, num_partitions=1, replication_factor=1, config={"max.message.bytes": str(limit)})
+    admin.create_topics([new])[topic].result(30)
+    return topic
+
+
+@pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "plain"])
+def test_a_batch_above_the_topics_max_message_bytes_is_split_until_it_fits(broker, idempotent):
+    topic = _topic_with_max_message_bytes(broker.bootstrap, 5_000)
+    settings = {
+        "bootstrap.servers": broker.bootstrap,
+        "batch.size": 20_000,
+        "linger.ms": 200,  # the 15 records (~15 KB) wait in one batch
+        "enable.idempotence": idempotent,
+        "compression.type": "gzip" if idempotent else "none",  # splitting reads compressed batches too
+    }
+    values = [b"%02d" % i + os.urandom(998) for i in range(15)]  # random: gzip cannot shrink them
+    producer = Producer(settings)
+    try:
+        futures = [
+            producer.send(topic, v, key=b"k%d" % i, headers=[("i", b"%d" % i)]) for i, v in enumerate(values)
+        ]
+        producer.flush()
+        offsets = [f.get(30).offset for f in futures]
+        splits = producer._async._sender.splits
+    finally:
+        producer.close()
+    assert splits >= 3  # 15 -> 7 + 8 -> 3 + 4 + 4 + 4: each half above 5,000 bytes is split again
+    records = read_back(broker.bootstrap, topic, 15)
+    assert sorted(m.offset() for m in records) == list(range(15))  # every record once
+    by_offset = {m.offset(): m for m in records}
+    for i, offset in enumerate(offsets):  # each future reports where its own record went
+        record = by_offset[offset]
+        assert (record.key(), record.value(), record.headers()) == (b"k%d" % i, values[i], [("i", b"%d" % i)])
+    if idempotent:
+        # Sequence numbers keep the order; without idempotence, as in Kafka, a resend may overtake.
+        assert offsets == list(range(15))
+
+
+def test_a_single_record_above_max_message_bytes_fails_with_the_brokers_error(broker):
+    topic = _topic_with_max_message_bytes(broker.bootstrap, 5_000)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    try:
+        with pytest.raises(Exception) as failed:
+            producer.send(topic, b"x" * 6_000).get(30)
+        assert getattr(failed.value, "code", None) == ErrorCode.MESSAGE_TOO_LARGE
+        assert producer.send(topic, b"small").get(30).offset == 0  # the producer goes on
+    finally:
+        producer.close()
+
+
+def test_split_halves_keep_sequence_order_ahead_of_the_batches_in_flight_behind_them():
+    """Idempotent, three 2-record batches in flight: the first is MESSAGE_TOO_LARGE, so the broker
+    refuses the next two as out of order. The halves take sequences 0 and 1, the two others are
+    resent behind them with their own (2, 4), and every record gets its offset in send order."""
+    config = ProducerConfig(batch_size=400, linger_ms=0, retry_backoff_ms=1, request_timeout_ms=1000)
+    broker = ScriptedBroker(
+        0,
+        [
+            ErrorCode.MESSAGE_TOO_LARGE,
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ],
+    )
+    network = FakeNetwork({0: broker})
+    txn = TransactionManager(None)
+    txn.set_producer(7, 0)
+
+    async def scenario():
+        acc = RecordAccumulator(batch_size=400, linger_ms=0, buffer_memory=1 << 20, transactional=False)
+        futures = [acc.try_append("t", 0, 1, None, b"%d" % i * 150, []) for i in range(6)]
+        sender = Sender(config, acc, network, txn)
+        acc._on_new_batch = sender.wakeup
+        sender.start()
+        await asyncio.wait_for(sender.wait_idle(), 10)
+        await sender.stop()
+        return [f.result().offset for f in futures], sender, acc.memory.used
+
+    offsets, sender, reserved = asyncio.run(scenario())
+    sent = [(seq, count) for _node, _epoch, seq, count in broker.seen]
+    assert sent[:3] == [(0, 2), (2, 2), (4, 2)]
+    assert sent[3:] == [(0, 1), (1, 1), (2, 2), (4, 2)]
+    assert offsets == [0, 1, 2, 3, 4, 5]
+    assert sender.splits == 1 and sender.epoch_bumps == 0
+    assert reserved == 0  # the split batch's buffer.memory came back

@@ -16,11 +16,13 @@ from collections import deque
 
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from onceflow.client.producer.batch import ProducerBatch, RecordFuture
+from onceflow.client.producer.batch import BatchFuture, ProducerBatch, RecordFuture
 from onceflow.client.producer.errors import BufferExhaustedError
+from onceflow.protocol.record_codec import decode_batches
 
 _BATCH_OVERHEAD = 61 + 8  # header plus a little slack for the size estimate of one record
 _NO_HEADERS: list = []  # shared: the batch builder only reads it
+_NO_SIZE_LIMIT = (1 << 31) - 1
 
 
 class BufferMemory:
@@ -213,7 +215,7 @@ class RecordAccumulator:
                     pos += 1
                 if index > first:
                     timestamps.extend([timestamp] * (index - first))
-                    touched.append(RecordFuture(last, index - 1))
+                    touched.append(BatchFuture(last, index - 1))
             if wake and self._on_new_batch is not None:
                 self._on_new_batch()
         return pos, 0
@@ -254,11 +256,36 @@ class RecordAccumulator:
             return batch
 
     def requeue(self, tp: tuple[str, int], batches: list[ProducerBatch]) -> None:
-        """Put batches back at the front, in sequence order (a retry keeps its place in the partition)."""
+        """Put batches back at the front in sequence order (a retry keeps its place in the partition),
+        merged with the sequenced batches already back there (the parts of a split batch, then the
+        retries behind them); batches without a sequence keep the order given."""
         with self._lock:
             queue = self._queues.setdefault(tp, deque())
-            for batch in sorted(batches, key=lambda b: b.base_sequence, reverse=True):
+            returned = list(batches)
+            while queue and queue[0].base_sequence >= 0:
+                returned.append(queue.popleft())
+            # A stable ascending sort walked backwards: equal sequences (-1) keep their order.
+            for batch in reversed(sorted(returned, key=lambda b: b.base_sequence)):
                 queue.appendleft(batch)
+
+    def split(self, batch: ProducerBatch) -> list[ProducerBatch]:
+        """Halve a batch the broker refused as too large: two batches with its records in order (no
+        producer fields yet), which complete it when both have (see ``ProducerBatch.split_into``).
+        Its buffer.memory reservation moves to the second part."""
+        records = [r for decoded in decode_batches(batch.encoded) for r in decoded.records]
+        half = len(records) // 2
+        parts: list[tuple[int, ProducerBatch]] = []
+        for first, chunk in ((0, records[:half]), (half, records[half:])):
+            builder = DefaultRecordBatchBuilder(2, 0, self.transactional, -1, -1, -1, _NO_SIZE_LIMIT)
+            for i, record in enumerate(chunk):
+                builder.append(i, record.timestamp, record.key, record.value, record.headers)
+            part = ProducerBatch(batch.topic, batch.partition, builder, batch.created, 0)
+            part.timestamps = batch.timestamps[first : first + len(chunk)]
+            part.full = True
+            parts.append((first, part))
+        parts[-1][1].reserved, batch.reserved = batch.reserved, 0
+        batch.split_into(parts)
+        return [part for _first, part in parts]
 
     def peek(self, tp: tuple[str, int]) -> ProducerBatch | None:
         queue = self._queues.get(tp)

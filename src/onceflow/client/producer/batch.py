@@ -67,6 +67,8 @@ class ProducerBatch:
         "_callbacks",
         "_future",
         "_event",
+        "parts",
+        "parent",
     )
 
     def __init__(
@@ -92,6 +94,10 @@ class ProducerBatch:
         self._callbacks: list[tuple[int, Callable]] | None = None
         self._future: asyncio.Future | None = None
         self._event: threading.Event | None = None
+        # Set when the broker refused the batch as too large and its records went out as smaller
+        # batches: [(index of the part's first record here, part)]; each part knows its parent.
+        self.parts: list[tuple[int, ProducerBatch]] | None = None
+        self.parent: ProducerBatch | None = None
 
     @property
     def record_count(self) -> int:
@@ -158,13 +164,45 @@ class ProducerBatch:
         if self._callbacks:
             for index, callback in self._callbacks:
                 callback(*self.outcome(index))
+        if self.parent is not None:
+            self.parent._part_completed()
+
+    # -- split (MESSAGE_TOO_LARGE) ---------------------------------------------------------------
+
+    def split_into(self, parts: list[tuple[int, ProducerBatch]]) -> None:
+        """This batch goes out as ``parts`` instead: it completes once they all have, and each of
+        its records takes the outcome of the part that holds it."""
+        self.parts = parts
+        self.encoded = None
+        for _first, part in parts:
+            part.parent = self
+
+    def _part_completed(self) -> None:
+        parts = self.parts
+        if parts is None or not all(part.done for _first, part in parts):
+            return
+        # The batch-level error (what a send_many future reports) is the first failed part's.
+        error = next((part.error for _first, part in parts if part.error is not None), None)
+        self.complete(-1, -1, error)
+
+    def _part_of(self, index: int) -> tuple[ProducerBatch, int]:
+        for first, part in reversed(self.parts):
+            if index >= first:
+                return part, index - first
+        raise IndexError(index)
 
     def metadata(self, index: int) -> RecordMetadata:
+        if self.parts is not None:
+            part, local = self._part_of(index)
+            return part.metadata(local)
         timestamp = self.log_append_time if self.log_append_time >= 0 else self.timestamps[index]
         offset = self.base_offset + index if self.base_offset >= 0 else -1
         return RecordMetadata(self.topic, self.partition, offset, timestamp)
 
     def outcome(self, index: int) -> tuple[RecordMetadata | None, BaseException | None]:
+        if self.parts is not None:
+            part, local = self._part_of(index)
+            return part.outcome(local)
         if self.error is not None:
             return None, self.error
         return self.metadata(index), None
@@ -216,11 +254,17 @@ class RecordFuture:
 
     def result(self) -> RecordMetadata:
         """The metadata of a completed send; raises its error. Use ``get`` to wait from a thread."""
-        if not self.batch.done:
+        batch = self.batch
+        if not batch.done:
             raise asyncio.InvalidStateError("the record has not been acknowledged yet")
-        if self.batch.error is not None:
-            raise self.batch.error
-        return self.batch.metadata(self.index)
+        if batch.parts is not None:
+            metadata, error = batch.outcome(self.index)
+            if error is not None:
+                raise error
+            return metadata
+        if batch.error is not None:
+            raise batch.error
+        return batch.metadata(self.index)
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Wait (from a thread that is not the producer's event loop) and return the metadata."""
@@ -233,6 +277,22 @@ class RecordFuture:
     ) -> None:
         """``callback(metadata, error)`` once the record is acknowledged or failed (one of the two is None)."""
         self.batch.add_callback(self.index, callback)
+
+
+class BatchFuture(RecordFuture):
+    """``send_many``'s handle on every record it put in one batch (its index is the last record's):
+    the batch's error if any record of it failed (after a split, any part), else the last record's
+    metadata."""
+
+    __slots__ = ()
+
+    def result(self) -> RecordMetadata:
+        batch = self.batch
+        if not batch.done:
+            raise asyncio.InvalidStateError("the records have not been acknowledged yet")
+        if batch.error is not None:
+            raise batch.error
+        return batch.metadata(self.index)
 
 
 def _compressed(batch: bytearray, codec: int) -> bytearray:

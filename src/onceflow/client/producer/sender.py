@@ -18,6 +18,9 @@ by retention). An idempotent producer then bumps its epoch and rewrites the sequ
 partition's unacknowledged batches from 0; other partitions move to the new epoch, from sequence 0,
 when their in-flight batches are done. A transactional producer instead fails the transaction
 (abortable), and the epoch is bumped with InitProducerId after abort_transaction().
+
+MESSAGE_TOO_LARGE on a batch of several records: the batch is split in two and both halves are
+resent (again, if still too large), as Kafka's producer does; see :meth:`Sender._split`.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ class Sender:
         self._closing = False
         self._task: asyncio.Task | None = None
         self.epoch_bumps = 0  # for tests and logs
+        self.splits = 0  # batches split after MESSAGE_TOO_LARGE
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -335,7 +339,14 @@ class Sender:
             seq.inflight.remove(batch)
         what = f"produce to {tp[0]}-{tp[1]} (sequence {batch.base_sequence}, attempt {batch.attempts})"
         expired = time.monotonic() - batch.created >= self.delivery_timeout_s
-        if code in FATAL_CODES and (self.txn.is_transactional or code != ErrorCode.INVALID_PRODUCER_EPOCH):
+        if (
+            code == ErrorCode.MESSAGE_TOO_LARGE
+            and batch.record_count > 1
+            and batch.encoded is not None  # not completed meanwhile (abort, close)
+            and not expired
+        ):
+            self._split(tp, seq, batch, what)
+        elif code in FATAL_CODES and (self.txn.is_transactional or code != ErrorCode.INVALID_PRODUCER_EPOCH):
             error = fatal_error_for(code, what)
             self._complete(batch, -1, -1, error)
             if self.txn.is_transactional:
@@ -377,6 +388,33 @@ class Sender:
             _trim(seq.window)
         if seq is not None and not seq.inflight:
             self._resolve(tp, seq)
+
+    def _split(self, tp, seq: PartitionSequences | None, batch: ProducerBatch, what: str) -> None:
+        """MESSAGE_TOO_LARGE on a batch of several records (the topic's max.message.bytes is below
+        batch.size, or compression did not pay): send its records again as two halves, as Kafka's
+        producer splits such a batch; a single record still too large fails with the error. Under
+        idempotence the halves take the batch's sequence numbers and its place in the window, so the
+        partition's later batches (refused as out of order meanwhile) are retried behind them."""
+        parts = self.accumulator.split(batch)
+        log.warning(
+            "%s: MESSAGE_TOO_LARGE for %d records; resending them as batches of %d and %d",
+            what,
+            batch.record_count,
+            parts[0].record_count,
+            parts[1].record_count,
+        )
+        if seq is not None and batch.base_sequence >= 0:
+            sequence = batch.base_sequence
+            for part in parts:
+                part.set_producer_state(batch.producer_id, batch.producer_epoch, sequence)
+                sequence = (sequence + part.record_count) & 0x7FFFFFFF
+            seq.window = deque(
+                replacement
+                for queued in seq.window
+                for replacement in (parts if queued is batch else (queued,))
+            )
+        self.accumulator.requeue(tp, parts)
+        self.splits += 1
 
     def _sequence_gap(self, tp, seq: PartitionSequences | None, error: BaseException) -> None:
         """A batch with a sequence number failed for good: later sequences cannot be written as they are."""
