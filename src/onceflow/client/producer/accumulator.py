@@ -20,7 +20,6 @@ from onceflow.client.producer.batch import BatchFuture, ProducerBatch, RecordFut
 from onceflow.client.producer.errors import BufferExhaustedError
 from onceflow.protocol.record_codec import decode_batches
 
-_BATCH_OVERHEAD = 61 + 8  # header plus a little slack for the size estimate of one record
 _NO_HEADERS: list = []  # shared: the batch builder only reads it
 _NO_SIZE_LIMIT = (1 << 31) - 1
 
@@ -137,7 +136,7 @@ class RecordAccumulator:
                         return RecordFuture(last, index)
                     last.full = True
                     wake = True  # it just filled: ready to send
-            need = max(self.batch_size, _record_estimate(key, value, headers))
+            need = max(self.batch_size, serialized_size_upper_bound(key, value, headers))
             if not self.memory.try_reserve(need):
                 if wake and self._on_new_batch is not None:
                     self._on_new_batch()
@@ -185,7 +184,7 @@ class RecordAccumulator:
                     j = indices[pos]
                     key = keys[j] if keys is not None else None
                     record_headers = headers[j] if headers is not None and headers[j] else _NO_HEADERS
-                    need = max(self.batch_size, _record_estimate(key, values[j], record_headers))
+                    need = max(self.batch_size, serialized_size_upper_bound(key, values[j], record_headers))
                     if not self.memory.try_reserve(need):
                         return pos, need
                     builder = DefaultRecordBatchBuilder(2, 0, self.transactional, -1, -1, -1, self.batch_size)
@@ -327,6 +326,9 @@ class RecordAccumulator:
 
 _RECORD_BATCH_OVERHEAD = 61  # a magic-2 batch header
 _MAX_RECORD_OVERHEAD = 21  # a record's length, attributes, timestamp and offset deltas, header count
+# A record without headers whose key and value lengths add up to at most (limit - this) is within the
+# limit without measuring it (this adds the two length varints, at most 5 bytes each).
+RECORD_SIZE_SLACK = _RECORD_BATCH_OVERHEAD + _MAX_RECORD_OVERHEAD + 10
 
 
 def _varint_size(n: int) -> int:
@@ -350,11 +352,4 @@ def serialized_size_upper_bound(key, value, headers) -> int:
         name_len = len(name.encode() if isinstance(name, str) else name)
         val_len = len(val) if val is not None else -1
         size += _varint_size(name_len) + name_len + _varint_size(val_len) + max(val_len, 0)
-    return size
-
-
-def _record_estimate(key, value, headers) -> int:
-    size = _BATCH_OVERHEAD + 21 + (len(key) if key else 0) + (len(value) if value else 0)
-    for name, val in headers or ():
-        size += len(name) + (len(val) if val else 0) + 10
     return size

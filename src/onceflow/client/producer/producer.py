@@ -30,7 +30,11 @@ from typing import Any
 
 from onceflow.client.consumer.structs import ConsumerGroupMetadata
 from onceflow.client.producer import txn_requests
-from onceflow.client.producer.accumulator import RecordAccumulator, serialized_size_upper_bound
+from onceflow.client.producer.accumulator import (
+    RECORD_SIZE_SLACK,
+    RecordAccumulator,
+    serialized_size_upper_bound,
+)
 from onceflow.client.producer.batch import RecordFuture, RecordMetadata
 from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.producer.errors import (
@@ -50,9 +54,6 @@ from onceflow.protocol.errors import KafkaError
 log = logging.getLogger(__name__)
 
 _NO_HEADERS: list = []  # shared: the batch builder only reads it
-# Batch header + record overhead + key/value length varints: a record whose key and value lengths
-# add up to less than (limit - this) and that has no headers is within the limit without measuring.
-_SIZE_CHECK_SLACK = 61 + 21 + 10
 
 
 def _as_group_metadata(group) -> ConsumerGroupMetadata:
@@ -221,7 +222,7 @@ class AsyncProducer:
         if self._closed:
             raise ProducerClosedError("send() after close()")
         if headers or (len(value) if value else 0) + (len(key) if key else 0) > (
-            self._record_size_limit - _SIZE_CHECK_SLACK
+            self._record_size_limit - RECORD_SIZE_SLACK
         ):
             self._check_record_size(key, value, headers)
         txn = self.txn
@@ -399,7 +400,7 @@ class AsyncProducer:
                 )
             except TypeError:  # a None key or value: measure one by one
                 longest = self._record_size_limit
-            if longest <= self._record_size_limit - _SIZE_CHECK_SLACK:
+            if longest <= self._record_size_limit - RECORD_SIZE_SLACK:
                 return
         for i, value in enumerate(values):
             self._check_record_size(
