@@ -210,3 +210,62 @@ def test_split_halves_keep_sequence_order_ahead_of_the_batches_in_flight_behind_
     assert offsets == [0, 1, 2, 3, 4, 5]
     assert sender.splits == 1 and sender.epoch_bumps == 0
     assert reserved == 0  # the split batch's buffer.memory came back
+
+
+@pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "plain"])
+def test_only_the_record_too_large_for_the_topic_fails_when_its_batch_is_split(broker, idempotent):
+    topic = _topic_with_max_message_bytes(broker.bootstrap, 5_000)
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "batch.size": 20_000,
+            "linger.ms": 200,
+            "enable.idempotence": idempotent,
+        }
+    )
+    values = [b"a" * 1_000, b"b" * 1_000, b"huge" * 1_500, b"c" * 1_000, b"d" * 1_000]
+    try:
+        futures = [producer.send(topic, v) for v in values]
+        producer.flush()
+        outcomes = []
+        for future in futures:
+            try:
+                outcomes.append(future.get(30).offset)
+            except Exception as exc:  # noqa: BLE001 - the outcome is what we check
+                outcomes.append(getattr(exc, "code", exc))
+        after = producer.send(topic, b"after").get(30).offset
+    finally:
+        producer.close()
+    assert outcomes[2] == ErrorCode.MESSAGE_TOO_LARGE
+    written = [o for i, o in enumerate(outcomes) if i != 2]
+    assert all(isinstance(o, int) and o >= 0 for o in written), outcomes
+    records = read_back(broker.bootstrap, topic, 5)
+    by_offset = {m.offset(): m.value() for m in records}
+    assert sorted(by_offset) == sorted([*written, after])  # the four others and the next, once each
+    assert [by_offset[o] for o in written] == [values[i] for i in (0, 1, 3, 4)]
+
+
+def test_a_transaction_whose_batch_is_split_commits_every_record_once(broker):
+    topic = _topic_with_max_message_bytes(broker.bootstrap, 5_000)
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "transactional.id": f"split-{uuid.uuid4().hex[:8]}",
+            "batch.size": 20_000,
+            "linger.ms": 200,
+        }
+    )
+    values = [b"%02d" % i + os.urandom(998) for i in range(12)]
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        futures = [producer.send(topic, v) for v in values]
+        producer.commit_transaction()
+        offsets = [f.get(30).offset for f in futures]
+        splits = producer._async._sender.splits
+    finally:
+        producer.close()
+    assert splits >= 1
+    assert offsets == list(range(12))
+    records = read_back(broker.bootstrap, topic, 12, read_committed=True)
+    assert [m.value() for m in records] == values
