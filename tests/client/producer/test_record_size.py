@@ -18,7 +18,7 @@ from onceflow.client.producer.accumulator import RecordAccumulator, serialized_s
 from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.producer.sender import Sender
 from onceflow.client.producer.transaction_manager import TransactionManager
-from onceflow.protocol.errors import ErrorCode
+from onceflow.protocol.errors import ErrorCode, KafkaError
 
 RECORDS = [
     (None, b""),
@@ -269,3 +269,97 @@ def test_a_transaction_whose_batch_is_split_commits_every_record_once(broker):
     assert offsets == list(range(12))
     records = read_back(broker.bootstrap, topic, 12, read_committed=True)
     assert [m.value() for m in records] == values
+
+
+class _SequenceModelBroker:
+    """A one-partition broker model that keeps Kafka's idempotence rules: a batch of more than
+    ``max_records`` is MESSAGE_TOO_LARGE (checked first, as Kafka validates size before sequence); the
+    next sequence is appended; a retry of one of the last five batches is answered with its offset;
+    anything else is OUT_OF_ORDER_SEQUENCE_NUMBER. With ``rng``, some requests time out before they
+    are read and some answers are lost after the append (both retriable)."""
+
+    def __init__(self, max_records: int, rng=None) -> None:
+        self.max_records = max_records
+        self.rng = rng
+        self.log: list[bytes] = []
+        self.next_sequence = 0
+        self.recent: list[tuple[int, int, int]] = []  # (base sequence, count, base offset)
+
+    def version_for(self, request_cls) -> int:
+        return 9
+
+    def submit_frame(self, request):
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        roll = self.rng.random() if self.rng is not None else 1.0
+        if roll < 0.1:
+            loop.call_soon(future.set_exception, KafkaError("timed out", ErrorCode.REQUEST_TIMED_OUT))
+            return future
+        answers = self._answer(request)
+        if roll < 0.2:
+            loop.call_soon(future.set_exception, KafkaError("response lost", ErrorCode.NETWORK_EXCEPTION))
+        else:
+            loop.call_soon(future.set_result, answers)
+        return future
+
+    def _answer(self, request):
+        from onceflow.client.producer.produce_wire import PartitionResult
+        from onceflow.protocol.record_codec import decode_batches
+
+        frame = request.encode(correlation_id=1, client_id="test")
+        decoded = ProduceRequest.decode(frame[4:], version=request.version, header=True)
+        answers = []
+        for topic in decoded.topic_data:
+            for data in topic.partition_data:
+                (batch,) = list(decode_batches(data.records))
+                code, offset = self._append(batch.header.base_sequence, [r.value for r in batch.records])
+                answers.append(PartitionResult(topic.name, data.index, code, offset, -1, None))
+        return answers
+
+    def _append(self, sequence: int, values: list[bytes]) -> tuple[int, int]:
+        if len(values) > self.max_records:
+            return ErrorCode.MESSAGE_TOO_LARGE, -1
+        for base, count, offset in self.recent:
+            if base == sequence and count == len(values):
+                return ErrorCode.NONE, offset  # a retry of a batch already written
+        if sequence != self.next_sequence:
+            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+        offset = len(self.log)
+        self.log.extend(values)
+        self.next_sequence += len(values)
+        self.recent = [*self.recent[-4:], (sequence, len(values), offset)]
+        return ErrorCode.NONE, offset
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_splits_retries_and_lost_answers_together_write_every_record_once_in_order(seed):
+    """Batches of up to 8 records against a broker that takes at most 2 per batch, with requests
+    timing out and answers lost at random: the log ends up holding every record exactly once, in
+    send order, and each record's future has its offset."""
+    import random
+
+    model = _SequenceModelBroker(max_records=2, rng=random.Random(seed))
+    config = ProducerConfig(batch_size=1_000, linger_ms=0, retry_backoff_ms=1, request_timeout_ms=1000)
+    network = FakeNetwork({0: model})
+    txn = TransactionManager(None)
+    txn.set_producer(7, 0)
+    values = [b"%03d" % i + b"v" * 100 for i in range(60)]
+
+    async def scenario():
+        acc = RecordAccumulator(batch_size=1_000, linger_ms=0, buffer_memory=1 << 20, transactional=False)
+        sender = Sender(config, acc, network, txn)
+        acc._on_new_batch = sender.wakeup
+        sender.start()
+        futures = []
+        for value in values:
+            futures.append(acc.try_append("t", 0, 1, None, value, []))
+            if len(futures) % 7 == 0:
+                await asyncio.sleep(0)  # let the sender drain some batches meanwhile
+        await asyncio.wait_for(sender.wait_idle(), 20)
+        await sender.stop()
+        return [f.result().offset for f in futures], sender, acc.memory.used
+
+    offsets, sender, reserved = asyncio.run(scenario())
+    assert model.log == values
+    assert offsets == list(range(len(values)))
+    assert sender.splits >= 1 and reserved == 0

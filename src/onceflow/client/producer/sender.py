@@ -266,8 +266,13 @@ class Sender:
             if seq is not None:
                 if seq.retry or seq.bump:
                     return False  # resolving: wait for the in-flight batches to answer
-                if batch.base_sequence >= 0:  # a retry: already in the window
-                    return len(seq.inflight) < self.max_in_flight
+                if batch.base_sequence >= 0:  # a retry (or a split half): already in the window
+                    # Only the first max.in.flight of the window may go: then, whatever is written,
+                    # the earliest unacknowledged batch stays among the last 5 the broker remembers,
+                    # and its retry is recognised. A split makes the window one longer for a while.
+                    return len(seq.inflight) < self.max_in_flight and _within(
+                        seq.window, batch, self.max_in_flight
+                    )
                 if len(seq.window) >= self.max_in_flight:
                     return False
         return True
@@ -546,6 +551,16 @@ class Sender:
             log.warning("AddPartitionsToTxn failed: %s", exc)
         finally:
             self.wakeup()
+
+
+def _within(window: deque[ProducerBatch], batch: ProducerBatch, limit: int) -> bool:
+    """Is ``batch`` among the first ``limit`` batches of ``window``?"""
+    for position, queued in enumerate(window):
+        if position >= limit:
+            return False
+        if queued is batch:
+            return True
+    return True  # not in the window (renumbered after an epoch bump): nothing to protect
 
 
 def _trim(window: deque[ProducerBatch]) -> None:
