@@ -20,6 +20,11 @@ transaction (begin, 1,000 sends, commit), measured two ways:
   another's GIL (with threads, the idempotent ones, which never block, lost more to it than the
   transactional ones, which wait for commits, and the ratio came out above 1).
 
+Scheduling matters on a small machine: the broker runs in a session of its own (as a service would),
+so with the kernel's autogroup scheduling it gets a fair share against all producer processes together.
+Started in the producers' session instead, it is starved by them, the idempotent baseline loses about
+a third, and the concurrent ratio comes out near 1 for that reason alone.
+
 A confluent-kafka consumer then reads the single-producer transactional topic back with
 read_uncommitted and with read_committed. Contenders run interleaved in ABBA order, at least three
 rounds. Reported: the medians with the broker's CPU seconds per GB, the ratios of the medians, the
