@@ -303,6 +303,32 @@ class TopicManager:
         log.info("topic %s now has %d partitions", name, total)
         return topic
 
+    def alter_topic_configs(
+        self, name: str, overrides: Mapping[str, str], *, validate_only: bool = False
+    ) -> Topic:
+        """Make ``overrides`` the topic's whole set of config overrides (AlterConfigs and
+        IncrementalAlterConfigs compute it): validated, applied to every partition's log at once,
+        and persisted. Raises UNKNOWN_TOPIC_OR_PARTITION or INVALID_CONFIG."""
+        topic = self._topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+        new = dict(overrides)
+        self._validate_configs(new)
+        if validate_only:
+            return topic
+        from onceflow.log.config import LogConfig
+
+        topic.configs = new
+        config = None
+        for partition in topic.partitions:
+            reconfigure = getattr(partition.log, "reconfigure", None)  # a test's log may have none
+            if reconfigure is not None:
+                config = config or LogConfig.from_topic_configs(new)
+                reconfigure(config)
+        self._persist()
+        log.info("topic %s configs are now %s", name, new)
+        return topic
+
     def delete_topic(self, name: str) -> Topic:
         topic = self._topics.get(name)
         if topic is None:

@@ -544,6 +544,11 @@ class Log:
             index.close()
         self._closed = True
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """New settings from now on (a topic config change): later appends, rolls and retention use
+        them; existing segments stay as they are (a smaller segment.bytes applies at the next roll)."""
+        self.config = config
+
     def delete(self) -> None:
         """Close the files and remove the partition directory."""
         for segment in self._segments:

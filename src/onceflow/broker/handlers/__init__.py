@@ -8,6 +8,7 @@ ApiVersions advertises exactly this list. To add an API, write its module and ap
 from onceflow.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_configs,
     api_versions,
     create_partitions,
     create_topics,
@@ -22,6 +23,7 @@ from onceflow.broker.handlers import (
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,
@@ -47,6 +49,8 @@ HANDLERS = [
     create_topics,
     delete_topics,
     describe_configs,
+    alter_configs,
+    incremental_alter_configs,
     create_partitions,
     describe_cluster,
     # consumer groups (broker/group)

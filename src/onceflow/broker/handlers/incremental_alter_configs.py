@@ -1,0 +1,76 @@
+"""IncrementalAlterConfigs (44): SET / DELETE / APPEND / SUBTRACT topic configs while the topic is in
+use (``kafka-configs --alter``, confluent-kafka's ``incremental_alter_configs``).
+
+Each resource gets its own answer. Topics only: onceflow's broker configs are static (read-only in
+DescribeConfigs), so a BROKER resource is refused with INVALID_REQUEST, as is any other type.
+``validate_only`` checks everything and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+
+from onceflow.broker.config_changes import incremental_overrides
+from onceflow.broker.context import RequestContext
+from onceflow.broker.topic_configs import TOPIC_CONFIG_TYPES, TYPE_LIST, topic_defaults
+from onceflow.protocol.errors import ErrorCode, InvalidRequest, KafkaError, UnknownTopicOrPartition
+
+API_KEY = 44
+MIN_VERSION = 0
+MAX_VERSION = 1
+REQUEST = IncrementalAlterConfigsRequest
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+_LIST_CONFIGS = frozenset(name for name, kind in TOPIC_CONFIG_TYPES.items() if kind == TYPE_LIST)
+
+
+def alter_resource(
+    ctx: RequestContext,
+    resource_type: int,
+    resource_name: str,
+    new_overrides: Callable[[Mapping[str, str]], dict[str, str]],
+    validate_only: bool,
+) -> tuple[int, str | None]:
+    """Apply ``new_overrides(current overrides)`` to one resource; its (error code, message)."""
+    try:
+        if resource_type == RESOURCE_BROKER:
+            raise InvalidRequest("onceflow's broker configs are static; set them at `onceflow serve`")
+        if resource_type != RESOURCE_TOPIC:
+            raise InvalidRequest(f"resource type {resource_type} is not supported")
+        topic = ctx.topics.get(resource_name)
+        if topic is None:
+            raise UnknownTopicOrPartition(f"topic {resource_name!r} does not exist")
+        ctx.topics.alter_topic_configs(
+            resource_name, new_overrides(topic.configs), validate_only=validate_only
+        )
+    except KafkaError as exc:
+        return int(exc.code), str(exc)
+    return int(ErrorCode.NONE), None
+
+
+async def handle(
+    ctx: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
+    defaults = topic_defaults()
+    responses = []
+    for resource in request.resources or []:
+        operations = [(c.name, c.config_operation, c.value) for c in resource.configs or []]
+        code, message = alter_resource(
+            ctx,
+            resource.resource_type,
+            resource.resource_name,
+            lambda current, ops=operations: incremental_overrides(current, ops, defaults, _LIST_CONFIGS),
+            bool(request.validate_only),
+        )
+        responses.append(
+            IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)
