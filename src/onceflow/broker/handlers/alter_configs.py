@@ -8,7 +8,7 @@ from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
 
 from onceflow.broker.config_changes import replaced_overrides
 from onceflow.broker.context import RequestContext
-from onceflow.broker.handlers.incremental_alter_configs import alter_resource
+from onceflow.broker.handlers.incremental_alter_configs import answer_resources
 
 API_KEY = 33
 MIN_VERSION = 0
@@ -17,22 +17,8 @@ REQUEST = AlterConfigsRequest
 
 
 async def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
-    responses = []
-    for resource in request.resources or []:
+    def new_overrides_for(resource):
         entries = [(c.name, c.value) for c in resource.configs or []]
-        code, message = alter_resource(
-            ctx,
-            resource.resource_type,
-            resource.resource_name,
-            lambda _current, entries=entries: replaced_overrides(entries),
-            bool(request.validate_only),
-        )
-        responses.append(
-            AlterConfigsResponse.AlterConfigsResourceResponse(
-                error_code=code,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-            )
-        )
-    return AlterConfigsResponse(throttle_time_ms=0, responses=responses)
+        return lambda _current: replaced_overrides(entries)
+
+    return answer_resources(ctx, request, AlterConfigsResponse, new_overrides_for)

@@ -51,26 +51,36 @@ def alter_resource(
     return int(ErrorCode.NONE), None
 
 
-async def handle(
-    ctx: RequestContext, request: IncrementalAlterConfigsRequest
-) -> IncrementalAlterConfigsResponse:
-    defaults = topic_defaults()
+def answer_resources(ctx: RequestContext, request, response_cls, new_overrides_for):
+    """Both AlterConfigs APIs: ``new_overrides_for(resource)`` gives the function from a topic's
+    current overrides to its new ones; every resource gets its own answer in ``response_cls``."""
     responses = []
     for resource in request.resources or []:
-        operations = [(c.name, c.config_operation, c.value) for c in resource.configs or []]
         code, message = alter_resource(
             ctx,
             resource.resource_type,
             resource.resource_name,
-            lambda current, ops=operations: incremental_overrides(current, ops, defaults, _LIST_CONFIGS),
+            new_overrides_for(resource),
             bool(request.validate_only),
         )
         responses.append(
-            IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+            response_cls.AlterConfigsResourceResponse(
                 error_code=code,
                 error_message=message,
                 resource_type=resource.resource_type,
                 resource_name=resource.resource_name,
             )
         )
-    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)
+    return response_cls(throttle_time_ms=0, responses=responses)
+
+
+async def handle(
+    ctx: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsResponse:
+    defaults = topic_defaults()
+
+    def new_overrides_for(resource):
+        operations = [(c.name, c.config_operation, c.value) for c in resource.configs or []]
+        return lambda current: incremental_overrides(current, operations, defaults, _LIST_CONFIGS)
+
+    return answer_resources(ctx, request, IncrementalAlterConfigsResponse, new_overrides_for)
