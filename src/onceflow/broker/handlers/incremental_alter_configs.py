@@ -14,6 +14,7 @@ from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlte
 
 from onceflow.broker.config_changes import incremental_overrides
 from onceflow.broker.context import RequestContext
+from onceflow.broker.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
 from onceflow.broker.topic_configs import TOPIC_CONFIG_TYPES, TYPE_LIST, topic_defaults
 from onceflow.protocol.errors import ErrorCode, InvalidRequest, KafkaError, UnknownTopicOrPartition
 
@@ -22,8 +23,6 @@ MIN_VERSION = 0
 MAX_VERSION = 1
 REQUEST = IncrementalAlterConfigsRequest
 
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
 _LIST_CONFIGS = frozenset(name for name, kind in TOPIC_CONFIG_TYPES.items() if kind == TYPE_LIST)
 
 
