@@ -25,8 +25,12 @@ cache, which survives ``kill -9`` of the process; ``flush()`` fsyncs. ``close()`
 segment whose index does not check out), cutting a torn tail at the last valid batch. Sealed segments
 were complete when they rolled, so they are not rescanned.
 
-The log start offset is the base offset of the first segment: retention deletes whole segments, so
-the files on disk are its checkpoint.
+The log start offset is the first offset a reader may see. Retention deletes whole segments, which
+moves it to the next segment's base. DeleteRecords (``delete_records_before``) can move it inside a
+segment: the records below it stay on disk but are never read, and the segments wholly below it are
+deleted. Such a start is kept in ``log-start-offset`` in the partition directory, written (fsynced,
+renamed) before DeleteRecords is answered, so an acknowledged deletion survives a crash. Kafka keeps
+one checkpoint per data directory, written every minute, and can forget a recent deletion in a crash.
 
 Not thread-safe: the broker calls one partition's Log from one task at a time.
 """
@@ -69,6 +73,7 @@ from onceflow.protocol.records import BatchHeader
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+LOG_START_OFFSET_FILE = "log-start-offset"
 # Bytes appended between periodic producer snapshots (not a Kafka setting: Kafka snapshots only at roll).
 PRODUCER_SNAPSHOT_INTERVAL_BYTES = 64 * 1024 * 1024
 _SEGMENT_NAME_DIGITS = 20
@@ -97,12 +102,15 @@ class Log:
         clock_ms: Callable[[], int],
         segments: list[LogSegment],
         producer_state: ProducerStateManager,
+        log_start_offset: int = 0,
     ) -> None:
         self.directory = directory
         self.config = config
         self._clock_ms = clock_ms
         self._segments = segments
         self._bases = [segment.base_offset for segment in segments]
+        # Set by DeleteRecords; the first segment's base wins when retention has gone past it.
+        self._deleted_below = log_start_offset
         self._unflushed: set[LogSegment] = set(segments[-1:])
         self._closed = False
         self.producer_state = producer_state
@@ -147,7 +155,10 @@ class Log:
         if not segments:
             segments.append(LogSegment.open(directory, 0, config.index_interval_bytes, now, recover=False))
         state = ProducerStateManager(directory.name, producer_id_expiration_ms=producer_id_expiration_ms)
-        result = cls(directory, config, clock_ms, segments, state)
+        deleted_below = min(_read_log_start_offset(directory), segments[-1].next_offset)
+        result = cls(directory, config, clock_ms, segments, state, deleted_below)
+        # A crash between writing the log start and deleting the segments below it leaves them here.
+        result._delete_oldest(result._below_log_start, "records deleted below the log start")
         start, end = result.log_start_offset, result.log_end_offset
         replayed = result._replay_producer_state(state.load_latest(directory, start, end, now_ms=now))
         log.info(
@@ -181,7 +192,8 @@ class Log:
 
     @property
     def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
+        base = self._segments[0].base_offset
+        return base if base >= self._deleted_below else self._deleted_below
 
     @property
     def log_end_offset(self) -> int:
@@ -197,7 +209,11 @@ class Log:
         consumers read below it."""
         first_unstable = self.producer_state.first_unstable_offset()
         hw = self.high_watermark
-        return hw if first_unstable is None else min(first_unstable, hw)
+        if first_unstable is None:
+            return hw
+        # A transaction that began below a DeleteRecords start holds the LSO at the start (as Kafka's
+        # maybeIncrementFirstUnstableOffset): nothing below it can be read anyway.
+        return min(max(first_unstable, self.log_start_offset), hw)
 
     @property
     def size_in_bytes(self) -> int:
@@ -395,7 +411,9 @@ class Log:
         now = self._clock_ms() if now_ms is None else now_ms
         deleted = 0
         if self.config.retention_ms >= 0:
-            deleted += self._delete_oldest(lambda s: now - _largest_timestamp(s) > self.config.retention_ms)
+            deleted += self._delete_oldest(
+                lambda s: now - _largest_timestamp(s) > self.config.retention_ms, "retention.ms"
+            )
         if self.config.retention_bytes >= 0:
             excess = self.size_in_bytes - self.config.retention_bytes
 
@@ -406,12 +424,36 @@ class Log:
                 excess -= segment.size
                 return True
 
-            deleted += self._delete_oldest(over_size)
+            deleted += self._delete_oldest(over_size, "retention.bytes")
         if deleted:
             delete_snapshots_before(self.directory, self.log_start_offset)
         return deleted
 
-    def _delete_oldest(self, should_delete: Callable[[LogSegment], bool]) -> int:
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: make ``offset`` the log start (records below it are never read again) and
+        delete the segments wholly below it; returns the log start afterwards. An offset at or below
+        the current start changes nothing (Kafka answers with the start as it is). Raises
+        ``OffsetOutOfRange`` for an offset below 0 or above the high watermark."""
+        hw = self.high_watermark
+        if offset < 0 or offset > hw:
+            raise OffsetOutOfRange(
+                f"cannot delete records of {self.directory.name} below offset {offset}: "
+                f"it is outside [0, {hw}] (the high watermark)"
+            )
+        if offset <= self.log_start_offset:
+            return self.log_start_offset
+        _write_log_start_offset(self.directory, offset)  # durable before the segments go
+        self._deleted_below = offset
+        if self._delete_oldest(self._below_log_start, "records deleted below the log start"):
+            delete_snapshots_before(self.directory, self._segments[0].base_offset)
+        log.info("deleted records of %s below offset %d", self.directory.name, offset)
+        return offset
+
+    def _below_log_start(self, _oldest: LogSegment) -> bool:
+        # _delete_oldest only asks while a next segment exists.
+        return self._bases[1] <= self._deleted_below
+
+    def _delete_oldest(self, should_delete: Callable[[LogSegment], bool], reason: str) -> int:
         count = 0
         while len(self._segments) > 1 and should_delete(self._segments[0]):
             segment = self._segments.pop(0)
@@ -421,9 +463,10 @@ class Log:
             self._txn_indexes.pop(segment.base_offset).delete()
             count += 1
             log.info(
-                "retention deleted segment %s of %s; log start offset now %d",
+                "deleted segment %s of %s (%s); log start offset now %d",
                 segment.base_offset,
                 self.directory.name,
+                reason,
                 self.log_start_offset,
             )
         return count
@@ -448,6 +491,9 @@ class Log:
             self._txn_indexes[offset] = self._open_txn_index(offset)
         self._txn_indexes[self._bases[-1]].truncate_to(offset)
         self._segments[-1].truncate_to(offset)
+        if self._deleted_below > self.log_end_offset:
+            self._deleted_below = self.log_end_offset
+            _write_log_start_offset(self.directory, self._deleted_below)
         self._unflushed.add(self._segments[-1])
         # Producer state may describe batches that are gone: reload from a snapshot not beyond the new
         # end (later ones are deleted) and replay the rest.
@@ -501,10 +547,12 @@ class Log:
                 yield header, view
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first record with a timestamp >= ``timestamp_ms``, or None."""
+        """``(offset, timestamp)`` of the first record at or after the log start with a timestamp >=
+        ``timestamp_ms``, or None."""
+        start = self.log_start_offset
         for segment in self._segments:
             if segment.max_timestamp >= timestamp_ms:
-                found = segment.find_timestamp(timestamp_ms)
+                found = segment.find_timestamp(timestamp_ms, start)
                 if found is not None:
                     return found
         return None
@@ -582,6 +630,32 @@ def _remove_leftovers(directory: Path, bases: set[int]) -> None:
             stem = name[: -len(suffix)]
             if name.endswith(suffix) and stem.isdigit() and int(stem) not in bases:
                 path.unlink(missing_ok=True)
+
+
+def _read_log_start_offset(directory: Path) -> int:
+    """The start DeleteRecords left in ``directory``, or 0. A damaged file cannot be half-written (it
+    is renamed into place), so one that does not parse is a real fault: say so and keep every record."""
+    path = directory / LOG_START_OFFSET_FILE
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return 0
+    try:
+        return max(int(text.strip()), 0)
+    except ValueError:
+        log.error("ignoring unreadable %s (%r): the log start stays at the first segment", path, text[:40])
+        return 0
+
+
+def _write_log_start_offset(directory: Path, offset: int) -> None:
+    path = directory / LOG_START_OFFSET_FILE
+    temp = path.with_name(path.name + ".tmp")
+    with open(temp, "w") as f:
+        f.write(f"{offset}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+    _fsync_directory(directory)
 
 
 def _largest_timestamp(segment: LogSegment) -> int:

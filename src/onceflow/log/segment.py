@@ -338,28 +338,31 @@ class LogSegment:
             got += len(more)
         return b"".join(parts)
 
-    def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first record with a timestamp >= ``timestamp``, or None.
+    def find_timestamp(self, timestamp: int, min_offset: int = 0) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record at or after ``min_offset`` (the log start) with a
+        timestamp >= ``timestamp``, or None.
 
         Uncompressed batches are searched record by record; for a compressed batch the answer is the
-        batch's base offset with its first timestamp when that qualifies, else its max timestamp.
+        batch's base offset (at least ``min_offset``) with its first timestamp when that qualifies,
+        else its max timestamp.
         """
         if self.max_timestamp < timestamp:
             return None
         older_through = self.time_index.offset_before(timestamp)
         start = 0 if older_through is None else self.offset_index.lookup(older_through + 1)
         for position, header in self.headers(start):
-            if header.max_timestamp < timestamp:
+            if header.max_timestamp < timestamp or header.last_offset < min_offset:
                 continue
+            first = max(header.base_offset, min_offset)
             if header.timestamp_type == 1:
-                return header.base_offset, header.max_timestamp
+                return first, header.max_timestamp
             if header.compression:
                 if header.base_timestamp >= timestamp:
-                    return header.base_offset, header.base_timestamp
-                return header.base_offset, header.max_timestamp
+                    return first, header.base_timestamp
+                return first, header.max_timestamp
             batch = self._pread_exact(header.size, position)
             for record_offset, record_timestamp in records.iter_record_timestamps(batch):
-                if record_timestamp >= timestamp:
+                if record_timestamp >= timestamp and record_offset >= min_offset:
                     return record_offset, record_timestamp
         return None
 
