@@ -10,11 +10,13 @@ DescribeProducers and for aborting a hanging transaction (KIP-664: a WriteTxnMar
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kafka.protocol.admin import (
     CreatePartitionsRequest,
     DeleteGroupsRequest,
+    DeleteRecordsRequest,
     DescribeGroupsRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
@@ -321,6 +323,37 @@ class AsyncAdminClient:
             )
             for s in p.active_producers
         ]
+
+    async def delete_records(self, before: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Delete every record below the given offset of each partition (-1: the high watermark);
+        returns each partition's log start afterwards (its low watermark). Raises ``KafkaError`` for
+        the first partition refused, e.g. OFFSET_OUT_OF_RANGE beyond the high watermark."""
+        by_leader: dict[Connection, dict[str, list[tuple[int, int]]]] = {}
+        for tp, offset in before.items():
+            conn = await self._leader(tp.topic, tp.partition)
+            by_leader.setdefault(conn, {}).setdefault(tp.topic, []).append((tp.partition, offset))
+        r = DeleteRecordsRequest
+        low_watermarks = {}
+        for conn, topics in by_leader.items():
+            request = r(
+                topics=[
+                    r.DeleteRecordsTopic(
+                        name=name,
+                        partitions=[
+                            r.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=p, offset=o)
+                            for p, o in parts
+                        ],
+                    )
+                    for name, parts in topics.items()
+                ],
+                timeout_ms=self._timeout_ms,
+            )
+            response = await conn.send(request)
+            for t in response.topics:
+                for p in t.partitions:
+                    _check(p.error_code, f"delete records of {t.name}-{p.partition_index}")
+                    low_watermarks[TopicPartition(t.name, p.partition_index)] = p.low_watermark
+        return low_watermarks
 
     async def abort_transaction(
         self, tp: TopicPartition, producer_id: int, producer_epoch: int, coordinator_epoch: int

@@ -34,29 +34,47 @@ _PartitionResponse = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPar
 
 
 def _max_timestamp(plog, upper: int) -> tuple[int, int] | None:
-    """``(offset, timestamp)`` of the first record with the largest timestamp below ``upper``.
+    """``(offset, timestamp)`` of the first record with the largest timestamp in [log start, upper).
 
     Scans every batch header of the log (an admin query, rare; the log keeps no max-timestamp
-    index), then decodes only the winning batch to find the record.
+    index), then decodes only the winning batch to find the record. A batch that began below the
+    start (DeleteRecords moved it inside) is decoded at once: only its records from the start count.
     """
-    best: tuple[BatchHeader, bytes] | None = None
-    for header, view in plog.iter_batches(plog.log_start_offset):
+    start = plog.log_start_offset
+    best: tuple[int, int] | None = None  # (timestamp, offset) of an exact record
+    best_batch: tuple[BatchHeader, bytes] | None = None
+    for header, view in plog.iter_batches(start):
         if header.base_offset >= upper:
             break
         if header.is_control or header.last_offset >= upper:
             continue
-        if best is None or header.max_timestamp > best[0].max_timestamp:
-            best = (header, bytes(view))
-    if best is None:
+        leader = best[0] if best is not None else best_batch[0].max_timestamp if best_batch else None
+        if header.base_offset < start:
+            found = _first_max_record(bytes(view), header, start)
+            if found is not None and (leader is None or found[0] > leader):
+                best, best_batch = found, None
+        elif leader is None or header.max_timestamp > leader:
+            best, best_batch = None, (header, bytes(view))
+    if best is not None:
+        return best[1], best[0]
+    if best_batch is None:
         return None
-    header, data = best
+    header, data = best_batch
+    found = _first_max_record(data, header, start)
+    return (found[1], found[0]) if found is not None else (header.last_offset, header.max_timestamp)
+
+
+def _first_max_record(data: bytes, header: BatchHeader, start: int) -> tuple[int, int] | None:
+    """``(timestamp, offset)`` of the batch's first record at or after ``start`` with the largest
+    timestamp among those records."""
     if header.timestamp_type == LOG_APPEND_TIME:
-        return header.base_offset, header.max_timestamp  # every record has the append time
+        return header.max_timestamp, max(header.base_offset, start)  # every record has the append time
+    found = None
     for batch in decode_batches(data):
         for record in batch.records:
-            if record.timestamp == header.max_timestamp:
-                return record.offset, record.timestamp
-    return header.last_offset, header.max_timestamp
+            if record.offset >= start and (found is None or record.timestamp > found[0]):
+                found = (record.timestamp, record.offset)
+    return found
 
 
 def _lookup(plog, timestamp: int, read_committed: bool) -> tuple[int, int]:
