@@ -59,6 +59,17 @@ def test_serve_produce_consume_round_trip(broker, make_topic):
     assert consumed.returncode == 0, consumed.stderr
     assert sorted(consumed.stdout.splitlines()) == sorted(lines.splitlines())
 
+    trimmed = onceflow("topics", "delete-records", topic, "--before", "-1", "--partition", "1", *bootstrap)
+    assert trimmed.returncode == 0, trimmed.stderr
+    assert "log start offset" in trimmed.stdout
+    left = onceflow(
+        "consume", "--topic", topic, "--from-beginning", "--max-messages", "200", "--timeout", "3", *bootstrap
+    )
+    assert 0 < len(left.stdout.splitlines()) < 200  # partition 1's records are gone, partition 0's stay
+    beyond = onceflow("topics", "delete-records", topic, "--before", "100000", *bootstrap)
+    assert beyond.returncode == 1
+    assert "OFFSET_OUT_OF_RANGE" in beyond.stderr and "Traceback" not in beyond.stderr
+
     deleted = onceflow("topics", "delete", topic, *bootstrap)
     assert deleted.returncode == 0, deleted.stderr
     again = onceflow("topics", "describe", topic, *bootstrap)

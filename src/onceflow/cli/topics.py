@@ -1,4 +1,4 @@
-"""``onceflow topics create|list|describe|delete``."""
+"""``onceflow topics create|list|describe|delete|delete-records``."""
 
 from __future__ import annotations
 
@@ -73,6 +73,40 @@ def delete(name, bootstrap):
     with friendly_errors(bootstrap), SimpleClient(bootstrap) as client:
         client.delete_topic(name)
     out.print(f"deleted topic {name}")
+
+
+@topics.command(name="delete-records")
+@click.argument("name")
+@click.option(
+    "--before",
+    required=True,
+    type=click.IntRange(-1),
+    help="Delete every record below this offset; -1 means the high watermark (all records).",
+)
+@click.option(
+    "--partition",
+    "partitions",
+    multiple=True,
+    type=click.IntRange(0),
+    help="Partition to delete from (repeatable); all partitions when omitted.",
+)
+@bootstrap_option
+def delete_records(name, before, partitions, bootstrap):
+    """Delete the records of topic NAME below an offset (DeleteRecords, as kafka-delete-records):
+    consumers then start at the new log start, shown per partition."""
+    from onceflow.client.admin import AdminClient
+    from onceflow.client.consumer.structs import TopicPartition
+
+    with friendly_errors(bootstrap), AdminClient(bootstrap) as admin:
+        if not partitions:
+            partitions = sorted(admin.describe_topic(name).partitions)
+        starts = admin.delete_records({TopicPartition(name, p): before for p in partitions})
+    table = Table(title=f"topic {name}")
+    table.add_column("partition")
+    table.add_column("log start offset")
+    for tp in sorted(starts, key=lambda tp: tp.partition):
+        table.add_row(str(tp.partition), str(starts[tp]))
+    out.print(table)
 
 
 def _ids(ids: list[int]) -> str:
