@@ -85,6 +85,10 @@ def test_source_options_defaults_and_names():
     assert opts.starting_offsets == "latest"
     assert opts.isolation_level == 1  # read_committed by default
     assert opts.max_offsets_per_trigger is None
+    assert opts.fail_on_data_loss  # Spark's default
+    assert not parse_source_options(
+        {**BOOT, "subscribe": "a", "failOnDataLoss": "False"}, streaming=True
+    ).fail_on_data_loss
     batch = parse_source_options({**BOOT, "subscribePattern": "in-.*"}, streaming=False)
     assert batch.starting_offsets == "earliest" and batch.matches("in-1") and not batch.matches("out")
     assigned = parse_source_options(
@@ -111,6 +115,7 @@ def test_source_options_defaults_and_names():
         ({**BOOT, "subscribe": "a", "endingOffsets": "latest"}, True, "batch reads only"),
         ({**BOOT, "subscribe": "a", "startingOffsets": "latest"}, False, "streaming"),
         ({**BOOT, "subscribePattern": "("}, True, "regex"),
+        ({**BOOT, "subscribe": "a", "failOnDataLoss": "sometimes"}, True, "failOnDataLoss"),
     ],
 )
 def test_bad_source_options_name_the_problem(options, streaming, complaint):

@@ -1,8 +1,8 @@
 """The onceflow source's options, parsed once on the driver into a frozen, picklable value.
 
 Option names are those of Spark's Kafka source (``kafka.bootstrap.servers``, ``subscribe``,
-``subscribePattern``, ``assign``, ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``)
-so that a query written for Spark's Kafka connector runs here by changing only the format name.
+``subscribePattern``, ``assign``, ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``,
+``failOnDataLoss``) so that a query written for Spark's Kafka connector runs here by changing only the format name.
 One difference: ``isolation.level`` defaults to ``read_committed``, because a pipeline that promises
 exactly-once output must not read the records of aborted transactions.
 """
@@ -48,6 +48,9 @@ class SourceOptions:
     ending_offsets: OffsetSpec = "latest"
     max_offsets_per_trigger: int | None = None
     isolation_level: int = 1  # read_committed
+    # Records planned for a batch but deleted before it read them (retention, DeleteRecords): fail the
+    # query (Spark's default) or, when False, skip to the log start with a warning.
+    fail_on_data_loss: bool = True
     client_id: str = "onceflow-spark"
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -129,6 +132,10 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     else:
         max_offsets_value = None
 
+    fail_on_data_loss = opts.get("failondataloss", "true").strip().lower()
+    if fail_on_data_loss not in ("true", "false"):
+        raise ValueError(f"option failOnDataLoss={opts['failondataloss']!r} must be true or false")
+
     extra = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
     extra.pop("bootstrap.servers", None)
     return SourceOptions(
@@ -142,6 +149,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         isolation_level=isolation_level_for_name(
             opts.get("isolation.level", opts.get("kafka.isolation.level", "read_committed"))
         ),
+        fail_on_data_loss=fail_on_data_loss == "true",
         client_id=extra.get("client.id", "onceflow-spark"),
         extra=extra,
     )

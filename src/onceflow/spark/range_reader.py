@@ -7,6 +7,11 @@ by one, which is about twice as fast as yielding tuples. With ``read_committed``
 aborted transactions are dropped (the same rule as ``client.fetch_records``, applied per batch), and
 control batches (markers) never appear; both still consume offsets, so a range can hold fewer rows
 than offsets.
+
+Records of a range can be gone by the time a task reads them: retention or DeleteRecords moved the
+partition's log start past them. Like Spark's Kafka source, the read then fails with a message
+naming the lost offsets and the ``failOnDataLoss`` option, or, with ``failOnDataLoss=false``, goes on
+from the log start after a warning.
 """
 
 from __future__ import annotations
@@ -168,14 +173,23 @@ def fetch_to_arrow(
     return columns.to_arrow(topic, partition), next_position
 
 
+class DataLoss(KafkaError):
+    """Records planned for a read are no longer in the log (OFFSET_OUT_OF_RANGE on the wire)."""
+
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
 def read_range(
     cluster: BlockingCluster,
     offset_range: OffsetRange,
     *,
     isolation_level: int,
     partition_max_bytes: int = 1048576,
+    fail_on_data_loss: bool = True,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the visible records of ``offset_range`` as Arrow batches, in offset order."""
+    """Yield the visible records of ``offset_range`` as Arrow batches, in offset order. Raises
+    ``DataLoss`` if records of the range were deleted first, unless ``fail_on_data_loss`` is False:
+    then the read skips them (and logs a warning)."""
     topic, partition = offset_range.topic, offset_range.partition
     position = offset_range.from_offset
     if position == EARLIEST:
@@ -183,15 +197,21 @@ def read_range(
     until = offset_range.until_offset
     empty_fetches = 0
     while position < until:
-        fetched = cluster.call(
-            lambda c, pos=position: c.fetch(
-                topic,
-                {partition: pos},
-                isolation_level=isolation_level,
-                max_wait_ms=FETCH_MAX_WAIT_MS,
-                partition_max_bytes=partition_max_bytes,
-            )
-        ).get(partition)
+        try:
+            fetched = cluster.call(
+                lambda c, pos=position: c.fetch(
+                    topic,
+                    {partition: pos},
+                    isolation_level=isolation_level,
+                    max_wait_ms=FETCH_MAX_WAIT_MS,
+                    partition_max_bytes=partition_max_bytes,
+                )
+            ).get(partition)
+        except KafkaError as exc:
+            if exc.code != ErrorCode.OFFSET_OUT_OF_RANGE:
+                raise
+            position = _past_lost_records(cluster, topic, partition, position, until, fail_on_data_loss, exc)
+            continue
         data = fetched.records if fetched is not None else None
         if not data:
             empty_fetches += 1
@@ -220,3 +240,29 @@ def read_range(
             yield batch
         position = next_position
     log.debug("read %s-%d [%d, %d)", topic, partition, offset_range.from_offset, until)
+
+
+def _past_lost_records(
+    cluster: BlockingCluster,
+    topic: str,
+    partition: int,
+    position: int,
+    until: int,
+    fail_on_data_loss: bool,
+    refusal: KafkaError,
+) -> int:
+    """Where to read on after a fetch at ``position`` was OFFSET_OUT_OF_RANGE: the log start, if the
+    records below it were deleted and ``fail_on_data_loss`` is False. Raises ``DataLoss`` if they
+    were and it is True, and the broker's refusal itself if the offset is not below the start."""
+    log_start = cluster.earliest([(topic, partition)])[(topic, partition)]
+    if position >= log_start:
+        raise refusal
+    lost_until = min(log_start, until)
+    what = f"{topic}-{partition}: offsets {position}..{lost_until - 1} were deleted before they were read"
+    if fail_on_data_loss:
+        raise DataLoss(
+            f"{what} (retention or DeleteRecords moved the log start to {log_start}). If the query "
+            f'should skip lost records instead of failing, set the source option failOnDataLoss "false".'
+        )
+    log.warning("%s; skipping them (failOnDataLoss=false), reading on from %d", what, log_start)
+    return log_start

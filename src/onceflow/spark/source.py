@@ -74,6 +74,7 @@ class _ClusterHolder:
                 offset_range,
                 isolation_level=self.options.isolation_level,
                 partition_max_bytes=_partition_max_bytes(self.options),
+                fail_on_data_loss=self.options.fail_on_data_loss,
             )
 
 
