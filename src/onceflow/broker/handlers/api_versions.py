@@ -14,6 +14,7 @@ with a v0 body and UNSUPPORTED_VERSION (see ``protocol.apis.unsupported_api_vers
 
 from __future__ import annotations
 
+import functools
 import time
 
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
@@ -37,15 +38,17 @@ FIRST_LEVEL0_VERSION = 4  # KIP-1022: from v4 a supported range may start at 0
 _FEATURES_EPOCH = time.time_ns() // 1_000_000
 
 
-def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:
+@functools.cache
+def advertised_versions() -> tuple[ApiVersionsResponse.ApiVersion, ...]:
+    """Built once: every client connection asks, and building ~35 entries took ~150 µs."""
     from onceflow.broker.handlers import HANDLERS  # the registry imports this module
 
-    return [
+    return tuple(
         ApiVersionsResponse.ApiVersion(
             api_key=h.API_KEY, min_version=h.MIN_VERSION, max_version=h.MAX_VERSION
         )
         for h in sorted(HANDLERS, key=lambda h: h.API_KEY)
-    ]
+    )
 
 
 def _features(api_version: int, transaction_version: int) -> dict:
@@ -77,7 +80,7 @@ def _features(api_version: int, transaction_version: int) -> dict:
 async def handle(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
     return ApiVersionsResponse(
         error_code=0,
-        api_keys=advertised_versions(),
+        api_keys=list(advertised_versions()),
         throttle_time_ms=0,
         **_features(ctx.api_version, ctx.config.transaction_version),
     )
