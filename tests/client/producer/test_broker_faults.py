@@ -4,7 +4,9 @@ The broker appends and then loses 5% of its Produce responses (``drop-response-a
 closes the connection instead of answering (``disconnect-after-append``); the producer times out or
 sees the disconnect, retries with the same sequence numbers and is answered with the original
 offsets. Also the client's ``delay-send`` fault, which reorders pipelined requests: the broker
-refuses the early ones (OUT_OF_ORDER_SEQUENCE_NUMBER) and they are resent in sequence order.
+refuses the early ones (OUT_OF_ORDER_SEQUENCE_NUMBER) and they are resent in sequence order. A
+partition's first batch is never overtaken: the broker would accept any sequence from a producer it
+does not know yet, so the producer sends nothing else there until that batch is acknowledged.
 """
 
 from __future__ import annotations
@@ -92,4 +94,19 @@ def test_delayed_sends_are_reordered_back(faulty_broker):
     faults = ClientFaults({"delay-send": 0.1, "delay-send.ms": 30}, seed=5)
     metadata = produce(faulty_broker.bootstrap, topic, partitions=3, faults=faults)
     assert faults.fired  # some sends really were delayed
+    check_exactly_once_in_order(faulty_broker.bootstrap, topic, metadata)
+
+
+def test_a_delayed_first_batch_is_not_overtaken(faulty_broker):
+    """The first request of a new producer is delayed: were the next batches sent meanwhile, the broker
+    (which does not know the producer yet) would write them first and the first batch after them."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"first-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": faulty_broker.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
+    faults = ClientFaults({"delay-send.ms": 50})
+    faults.plan("delay-send", [1])
+    metadata = produce(faulty_broker.bootstrap, topic, partitions=1, faults=faults)
+    assert faults.fired[0] == ("delay-send", 1)
     check_exactly_once_in_order(faulty_broker.bootstrap, topic, metadata)

@@ -177,13 +177,15 @@ def test_a_single_record_above_max_message_bytes_fails_with_the_brokers_error(br
 
 
 def test_split_halves_keep_sequence_order_ahead_of_the_batches_in_flight_behind_them():
-    """Idempotent, three 2-record batches in flight: the first is MESSAGE_TOO_LARGE, so the broker
-    refuses the next two as out of order. The halves take sequences 0 and 1, the two others are
-    resent behind them with their own (2, 4), and every record gets its offset in send order."""
+    """Idempotent; after a first acknowledged batch (0-1), three 2-record batches in flight: the first
+    is MESSAGE_TOO_LARGE, so the broker refuses the next two as out of order. The halves take
+    sequences 2 and 3, the two others are resent behind them with their own (4, 6), and every record
+    gets its offset in send order."""
     config = ProducerConfig(batch_size=400, linger_ms=0, retry_backoff_ms=1, request_timeout_ms=1000)
     broker = ScriptedBroker(
         0,
         [
+            ErrorCode.NONE,
             ErrorCode.MESSAGE_TOO_LARGE,
             ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
             ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -195,7 +197,7 @@ def test_split_halves_keep_sequence_order_ahead_of_the_batches_in_flight_behind_
 
     async def scenario():
         acc = RecordAccumulator(batch_size=400, linger_ms=0, buffer_memory=1 << 20, transactional=False)
-        futures = [acc.try_append("t", 0, 1, None, b"%d" % i * 150, []) for i in range(6)]
+        futures = [acc.try_append("t", 0, 1, None, b"%d" % i * 150, []) for i in range(8)]
         sender = Sender(config, acc, network, txn)
         acc._on_new_batch = sender.wakeup
         sender.start()
@@ -205,9 +207,9 @@ def test_split_halves_keep_sequence_order_ahead_of_the_batches_in_flight_behind_
 
     offsets, sender, reserved = asyncio.run(scenario())
     sent = [(seq, count) for _node, _epoch, seq, count in broker.seen]
-    assert sent[:3] == [(0, 2), (2, 2), (4, 2)]
-    assert sent[3:] == [(0, 1), (1, 1), (2, 2), (4, 2)]
-    assert offsets == [0, 1, 2, 3, 4, 5]
+    assert sent[:4] == [(0, 2), (2, 2), (4, 2), (6, 2)]
+    assert sent[4:] == [(2, 1), (3, 1), (4, 2), (6, 2)]
+    assert offsets == list(range(8))
     assert sender.splits == 1 and sender.epoch_bumps == 0
     assert reserved == 0  # the split batch's buffer.memory came back
 

@@ -140,27 +140,39 @@ def test_unknown_producer_id_on_the_earliest_batch_bumps_the_epoch_and_restarts_
     assert [(epoch, seq) for _, epoch, seq, _ in seen] == [(0, 0), (1, 0)]
 
 
+def test_the_first_batch_of_a_producer_goes_alone_until_acknowledged():
+    # The broker would take any sequence from a producer it does not know, so batches 1 and 2 wait
+    # for batch 0, even while it is retried.
+    outcomes, seen, txn, _, _ = run({0: [ErrorCode.REQUEST_TIMED_OUT]})
+    assert outcomes == [0, 1, 2]
+    assert [seq for _, _, seq, _ in seen] == [0, 0, 1, 2]
+
+
 def test_out_of_order_behind_an_earlier_failure_is_retried_without_a_bump():
-    # The first batch times out; the next two are refused as out of order because of it.
+    # After a first acknowledged batch, batch 1 times out; 2 and 3 are refused as out of order
+    # because of it.
     script = [
+        ErrorCode.NONE,
         ErrorCode.REQUEST_TIMED_OUT,
         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
     ]
-    outcomes, seen, txn, _, sender = run({0: script})
-    assert outcomes == [0, 1, 2]
+    outcomes, seen, txn, _, sender = run({0: script}, batches=4)
+    assert outcomes == [0, 1, 2, 3]
     assert sender.epoch_bumps == 0
-    assert [seq for _, _, seq, _ in seen][-3:] == [0, 1, 2]  # resent in sequence order
+    assert [seq for _, _, seq, _ in seen][1:4] == [1, 2, 3]  # pipelined once the producer was known
+    assert [seq for _, _, seq, _ in seen][-3:] == [1, 2, 3]  # resent in sequence order
 
 
 def test_a_batch_failing_for_good_fails_its_records_and_renumbers_the_rest_under_a_new_epoch():
     script = [
+        ErrorCode.NONE,
         ErrorCode.INVALID_RECORD,
         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
     ]
-    outcomes, seen, txn, _, _ = run({0: script})
-    assert outcomes[0] == "KafkaError"
-    assert outcomes[1:] == [0, 1]
+    outcomes, seen, txn, _, _ = run({0: script}, batches=4)
+    assert outcomes[1] == "KafkaError"
+    assert [outcomes[0], *outcomes[2:]] == [0, 1, 2]
     assert txn.producer_epoch == 1
     assert [(epoch, seq) for _, epoch, seq, _ in seen][-2:] == [(1, 0), (1, 1)]

@@ -12,6 +12,13 @@ other in-flight batches have answered, then every unacknowledged batch goes back
 queue in sequence order and is resent. OUT_OF_ORDER_SEQUENCE_NUMBER on a batch that has earlier
 unacknowledged batches is a consequence of their failure and is retried the same way.
 
+A partition's first batch of a producer goes alone: a broker accepts any sequence from a producer it
+does not know (KIP-360, for state removed by retention), so a later batch that got there first would
+be written ahead of it. Once the broker has acknowledged a batch of this producer id, it refuses gaps
+and up to ``max.in.flight`` batches go at once. (TCP keeps requests in order on one connection, so
+Kafka's producer has no such rule; ours also holds under reordered or lost requests, which the
+client faults make.)
+
 KIP-360: OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID on the partition's *earliest*
 unacknowledged batch means the broker lost track of the sequence (a gap it cannot fill, or state removed
 by retention). An idempotent producer then bumps its epoch and rewrites the sequences of that
@@ -65,7 +72,7 @@ _MAX_EPOCH = 32767
 class PartitionSequences:
     """Idempotence bookkeeping of one partition."""
 
-    __slots__ = ("epoch", "next_sequence", "inflight", "window", "retry", "bump")
+    __slots__ = ("epoch", "next_sequence", "inflight", "window", "retry", "bump", "known_to_broker")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch  # the epoch this partition's sequences belong to
@@ -77,6 +84,9 @@ class PartitionSequences:
         self.window: deque[ProducerBatch] = deque()
         self.retry: list[ProducerBatch] = []  # to resend once `inflight` is empty
         self.bump = False  # KIP-360: rewrite sequences under a new epoch once `inflight` is empty
+        # The producer id whose batch the broker acknowledged here (-1: none yet): until then the
+        # broker would take any sequence, so one batch at a time.
+        self.known_to_broker = -1
 
 
 class Sender:
@@ -275,6 +285,8 @@ class Sender:
                     )
                 if len(seq.window) >= self.max_in_flight:
                     return False
+                if seq.window and seq.known_to_broker != self.txn.producer_id:
+                    return False  # the first batch goes alone (see the module docstring)
         return True
 
     def _prepare(self, tp: tuple[str, int], batch: ProducerBatch) -> None:
@@ -330,6 +342,7 @@ class Sender:
         seq = self.partitions.get((batch.topic, batch.partition))
         if seq is not None and batch in seq.inflight:
             seq.inflight.remove(batch)
+            seq.known_to_broker = batch.producer_id
         self._complete(batch, base_offset, log_append_time, None)
         if seq is not None:
             _trim(seq.window)
@@ -450,6 +463,7 @@ class Sender:
                 key=lambda b: b.base_sequence,
             )
             seq.epoch, seq.next_sequence = self.txn.producer_epoch, 0
+            seq.known_to_broker = -1  # the broker may have lost the producer (UNKNOWN_PRODUCER_ID)
             for batch in pending:
                 batch.set_producer_state(self.txn.producer_id, seq.epoch, seq.next_sequence)
                 seq.next_sequence = (seq.next_sequence + batch.record_count) & 0x7FFFFFFF
