@@ -4,9 +4,10 @@ confluent-kafka's and kafka-python's ``delete_records`` ask.
 Per partition, Kafka's rules: offset -1 means the high watermark; an offset below 0 or above the high
 watermark is OFFSET_OUT_OF_RANGE; the internal topics are INVALID_TOPIC_EXCEPTION (their logs are the
 coordinators' state); an unknown partition is UNKNOWN_TOPIC_OR_PARTITION. (Kafka refuses compacted
-topics with POLICY_VIOLATION; onceflow's only cleanup.policy is ``delete``.) An offset below the current start changes nothing. The answer's
-low watermark is the log start afterwards (-1 with an error). The new start is durable before the
-answer (``Log.delete_records_before``); there are no replicas to wait for, so ``timeout_ms`` is unused.
+topics with POLICY_VIOLATION; onceflow's only cleanup.policy is ``delete``.) An offset below the
+current start changes nothing. The answer's low watermark is the log start afterwards (-1 with an
+error). The new start is durable before the answer (``Log.delete_records_before``); there are no
+replicas to wait for, so ``timeout_ms`` is unused.
 """
 
 from __future__ import annotations
