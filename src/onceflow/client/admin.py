@@ -130,7 +130,9 @@ class AsyncAdminClient:
         return await self._client.any_connection()
 
     async def _leader(self, topic: str, partition: int) -> Connection:
-        metadata = await self._client.metadata([topic])
+        return await self._leader_in(await self._client.metadata([topic]), topic, partition)
+
+    async def _leader_in(self, metadata: ClusterMetadata, topic: str, partition: int) -> Connection:
         info = metadata.topics.get(topic)
         if info is None or partition not in info.partitions:
             raise KafkaError(f"{topic}-{partition} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -328,9 +330,10 @@ class AsyncAdminClient:
         """Delete every record below the given offset of each partition (-1: the high watermark);
         returns each partition's log start afterwards (its low watermark). Raises ``KafkaError`` for
         the first partition refused, e.g. OFFSET_OUT_OF_RANGE beyond the high watermark."""
+        metadata = await self._client.metadata(sorted({tp.topic for tp in before}))  # one request
         by_leader: dict[Connection, dict[str, list[tuple[int, int]]]] = {}
         for tp, offset in before.items():
-            conn = await self._leader(tp.topic, tp.partition)
+            conn = await self._leader_in(metadata, tp.topic, tp.partition)
             by_leader.setdefault(conn, {}).setdefault(tp.topic, []).append((tp.partition, offset))
         r = DeleteRecordsRequest
         low_watermarks = {}

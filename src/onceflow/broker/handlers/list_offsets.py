@@ -41,20 +41,20 @@ def _max_timestamp(plog, upper: int) -> tuple[int, int] | None:
     start (DeleteRecords moved it inside) is decoded at once: only its records from the start count.
     """
     start = plog.log_start_offset
-    best: tuple[int, int] | None = None  # (timestamp, offset) of an exact record
-    best_batch: tuple[BatchHeader, bytes] | None = None
+    best_timestamp: int | None = None
+    best: tuple[int, int] | None = None  # (timestamp, offset) of an exact record, or
+    best_batch: tuple[BatchHeader, bytes] | None = None  # the batch to decode at the end
     for header, view in plog.iter_batches(start):
         if header.base_offset >= upper:
             break
         if header.is_control or header.last_offset >= upper:
             continue
-        leader = best[0] if best is not None else best_batch[0].max_timestamp if best_batch else None
         if header.base_offset < start:
             found = _first_max_record(bytes(view), header, start)
-            if found is not None and (leader is None or found[0] > leader):
-                best, best_batch = found, None
-        elif leader is None or header.max_timestamp > leader:
-            best, best_batch = None, (header, bytes(view))
+            if found is not None and (best_timestamp is None or found[0] > best_timestamp):
+                best_timestamp, best, best_batch = found[0], found, None
+        elif best_timestamp is None or header.max_timestamp > best_timestamp:
+            best_timestamp, best, best_batch = header.max_timestamp, None, (header, bytes(view))
     if best is not None:
         return best[1], best[0]
     if best_batch is None:
