@@ -2,7 +2,8 @@
 
 Option names are those of Spark's Kafka source (``kafka.bootstrap.servers``, ``subscribe``,
 ``subscribePattern``, ``assign``, ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``,
-``failOnDataLoss``) so that a query written for Spark's Kafka connector runs here by changing only the format name.
+``failOnDataLoss``) so that a query written for Spark's Kafka connector runs here by changing only
+the format name.
 One difference: ``isolation.level`` defaults to ``read_committed``, because a pipeline that promises
 exactly-once output must not read the records of aborted transactions.
 """
