@@ -256,7 +256,7 @@ def test_describe_and_list(h):
     assert h.coord.describe_group("missing").error is E.GROUP_ID_NOT_FOUND
     assert [g.group_id for g in h.coord.list_groups(states=["stable"])] == ["g"]
     assert h.coord.list_groups(states=["Empty"]) == []
-    assert h.coord.list_groups(types=["consumer"]) == []  # KIP-848 group type filter: ours are classic
+    assert h.coord.list_groups(types=["consumer"]) == []  # KIP-848 type filter: these groups are classic
 
 
 def test_txn_offset_commit_member_checks_allow_a_rebalance_in_progress(h):

@@ -27,6 +27,10 @@ class BrokerConfig:
     message_max_bytes: int = 1048588  # message.max.bytes: default of a topic's max.message.bytes
     log_retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    # Groups of the consumer protocol (KIP-848): how often members heartbeat, and after how long
+    # without a heartbeat a member is removed. A rebalance reaches a member at its next heartbeat.
+    group_consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
+    group_consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
     # Transaction coordinator (broker/txn): Kafka's names and defaults.
     transaction_max_timeout_ms: int = 900000  # transaction.max.timeout.ms
     transactional_id_expiration_ms: int = 604800000  # transactional.id.expiration.ms

@@ -26,6 +26,7 @@ import kafka.protocol.metadata as _metadata
 import kafka.protocol.producer as _producer
 from kafka.protocol.api_message import ApiMessage
 
+from onceflow.protocol import messages as _ours
 from onceflow.protocol.errors import ErrorCode, InvalidRequest
 from onceflow.protocol.produce_records import attach_record_views, decode_produce_request
 from onceflow.protocol.produce_response import encode_produce_response
@@ -40,7 +41,7 @@ RECORD_VIEWS_MIN_BYTES = 256 * 1024
 
 def _message_classes(kind: str) -> dict[int, type[ApiMessage]]:
     table: dict[int, type[ApiMessage]] = {}
-    for module in (_admin, _consumer, _metadata, _producer):
+    for module in (_admin, _consumer, _metadata, _producer, _ours):
         for name in getattr(module, "__all__", dir(module)):
             obj = getattr(module, name)
             is_message = isinstance(obj, type) and issubclass(obj, ApiMessage) and obj is not ApiMessage

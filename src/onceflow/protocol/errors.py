@@ -139,6 +139,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_VOTER_KEY = 125
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
+    INVALID_REGULAR_EXPRESSION = 128
 
     @property
     def retriable(self) -> bool:

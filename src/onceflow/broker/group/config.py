@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from onceflow.broker.group.consumer_groups import ConsumerGroupConfig
+
 
 @dataclasses.dataclass(frozen=True)
 class GroupCoordinatorConfig:
@@ -23,6 +25,8 @@ class GroupCoordinatorConfig:
     # Kafka caps one member's protocol metadata only through message.max.bytes; we refuse a JoinGroup
     # whose protocols add up to more than this (1 MiB) rather than persist it.
     group_max_member_metadata_bytes: int = 1048576
+    # group.consumer.*: groups of the consumer protocol (KIP-848).
+    consumer: ConsumerGroupConfig = dataclasses.field(default_factory=ConsumerGroupConfig)
 
     @property
     def offsets_retention_ms(self) -> int:

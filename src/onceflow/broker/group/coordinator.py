@@ -11,8 +11,17 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
+
 from onceflow.broker.group import log_format as fmt
 from onceflow.broker.group.config import GroupCoordinatorConfig
+from onceflow.broker.group.consumer_groups import (
+    ConsumerGroup,
+    ConsumerGroups,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicLookup,
+)
 from onceflow.broker.group.membership import Membership
 from onceflow.broker.group.metadata import GroupMetadata
 from onceflow.broker.group.offsets import CommittedOffset, OffsetStore, TopicPartition
@@ -22,7 +31,7 @@ from onceflow.broker.group.requests import JoinCallback, JoinRequest, JoinResult
 from onceflow.broker.group.scheduler import Scheduler, TimerHandle
 from onceflow.broker.group.state import GroupEvent, GroupState
 from onceflow.broker.group.subscriptions import subscribed_topics
-from onceflow.protocol.errors import CoordinatorLoadInProgress, ErrorCode
+from onceflow.protocol.errors import CoordinatorLoadInProgress, ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +71,15 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # or "consumer": a group of the KIP-848 protocol
+
+
+class _NoTopics:
+    def topic(self, name: str):
+        return None
+
+    def topic_names(self):
+        return ()
 
 
 def _valid_group_id(group_id: str | None, *, allow_empty: bool) -> bool:
@@ -77,6 +95,7 @@ class GroupCoordinator:
         topic: OffsetsTopic,
         *,
         partition_exists: Callable[[str, int], bool] = lambda topic, partition: True,
+        topic_lookup: TopicLookup | None = None,
     ) -> None:
         self.config = config
         self._scheduler = scheduler
@@ -85,6 +104,8 @@ class GroupCoordinator:
         self._groups: dict[str, GroupMetadata] = {}
         self._offsets = OffsetStore()
         self._membership = Membership(config, scheduler, self._store_group)
+        # Groups of the consumer protocol (KIP-848); a group id is in at most one of the two registries.
+        self.consumer_groups = ConsumerGroups(config.consumer, scheduler, topic_lookup or _NoTopics())
         self._expiry_timer: TimerHandle | None = None
         self.loading = True
 
@@ -124,6 +145,7 @@ class GroupCoordinator:
     def shutdown(self) -> None:
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
+        self.consumer_groups.shutdown()
         for group in self._groups.values():
             for timer in (group.join_timer, group.sync_timer):
                 if timer is not None:
@@ -152,10 +174,30 @@ class GroupCoordinator:
 
     # -- membership --------------------------------------------------------------------------
 
+    def consumer_group_heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat (KIP-848). A classic group with members keeps its id (Kafka answers
+        GROUP_ID_NOT_FOUND); an empty classic group, such as one that only has committed offsets,
+        becomes a consumer group. Raises :class:`KafkaError` with the answer's code."""
+        self._check_loaded()
+        classic = self._groups.get(req.group_id)
+        if classic is not None and not classic.is_in(S.EMPTY) and not classic.is_in(S.DEAD):
+            raise KafkaError(f"group {req.group_id} is not a consumer group", E.GROUP_ID_NOT_FOUND)
+        result = self.consumer_groups.heartbeat(req)
+        if classic is not None and self.consumer_groups.get(req.group_id) is not None:
+            del self._groups[req.group_id]
+        return result
+
     def join_group(self, req: JoinRequest, respond: JoinCallback) -> None:
         if self.loading:
             respond(JoinResult(E.COORDINATOR_LOAD_IN_PROGRESS, req.member_id))
             return
+        consumer_group = self.consumer_groups.get(req.group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                respond(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
+                return
+            self.consumer_groups.delete(req.group_id)  # an empty consumer group turns classic
+            self._groups[req.group_id] = GroupMetadata(req.group_id, self._scheduler.now_ms())
         if not _valid_group_id(req.group_id, allow_empty=False):
             respond(JoinResult(E.INVALID_GROUP_ID, req.member_id))
             return
@@ -257,16 +299,24 @@ class GroupCoordinator:
         self._check_loaded()
         if not _valid_group_id(group_id, allow_empty=True):
             return E.INVALID_GROUP_ID, {}
-        group = self._groups.get(group_id)
-        if group is None:
-            if generation_id >= 0:
-                # Group management says this member is in a generation we never saw: stale.
-                return E.ILLEGAL_GENERATION, {}
-            group = self._groups[group_id] = GroupMetadata(group_id, self._scheduler.now_ms())
-        error = self._membership.check_commit_member(group, member_id, group_instance_id, generation_id)
-        if error is not E.NONE:
-            return error, {}
-        self._membership.touch(group, member_id)
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            error = self.consumer_groups.check_offset_commit(
+                consumer_group, member_id, group_instance_id, generation_id, transactional=False
+            )
+            if error is not E.NONE:
+                return error, {}
+        else:
+            group = self._groups.get(group_id)
+            if group is None:
+                if generation_id >= 0:
+                    # Group management says this member is in a generation we never saw: stale.
+                    return E.ILLEGAL_GENERATION, {}
+                group = self._groups[group_id] = GroupMetadata(group_id, self._scheduler.now_ms())
+            error = self._membership.check_commit_member(group, member_id, group_instance_id, generation_id)
+            if error is not E.NONE:
+                return error, {}
+            self._membership.touch(group, member_id)
         now = self._scheduler.now_ms()
         results: dict[TopicPartition, ErrorCode] = {}
         records: list[Record] = []
@@ -313,8 +363,8 @@ class GroupCoordinator:
         is for the caller to check with :meth:`check_txn_member` first."""
         self._check_loaded()
         now = self._scheduler.now_ms()
-        if group_id not in self._groups:  # the group exists from now on, so ListGroups shows it
-            self._groups[group_id] = GroupMetadata(group_id, now)
+        if group_id not in self._groups and self.consumer_groups.get(group_id) is None:
+            self._groups[group_id] = GroupMetadata(group_id, now)  # it exists from now on (ListGroups)
         results: dict[TopicPartition, ErrorCode] = {}
         records: list[Record] = []
         accepted = {}
@@ -345,6 +395,11 @@ class GroupCoordinator:
         :meth:`Membership.check_txn_commit_member`). A group we do not know is judged as the empty
         group Kafka would create for the commit."""
         self._check_loaded()
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            return self.consumer_groups.check_offset_commit(
+                consumer_group, member_id, group_instance_id, generation_id, transactional=True
+            )
         group = self._groups.get(group_id) or GroupMetadata(group_id, self._scheduler.now_ms())
         return self._membership.check_txn_commit_member(group, member_id, group_instance_id, generation_id)
 
@@ -357,14 +412,26 @@ class GroupCoordinator:
         )
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None, *, require_stable: bool = False
+        self,
+        group_id: str,
+        partitions: list[TopicPartition] | None,
+        *,
+        require_stable: bool = False,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[ErrorCode, list[tuple[TopicPartition, CommittedOffset | None, ErrorCode]]]:
         """Committed offsets of a group (``partitions=None``: all of them). Missing ones come back
         as ``None`` with no error, as in Kafka; with ``require_stable``, a partition with a pending
-        transactional commit answers UNSTABLE_OFFSET_COMMIT."""
+        transactional commit answers UNSTABLE_OFFSET_COMMIT. ``member_id``/``member_epoch``
+        (OffsetFetch v9) are checked for consumer-protocol groups."""
         self._check_loaded()
         if not _valid_group_id(group_id, allow_empty=True):
             return E.INVALID_GROUP_ID, []
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            error = self.consumer_groups.check_offset_fetch(consumer_group, member_id, member_epoch)
+            if error is not E.NONE:
+                return error, []
         if partitions is None:
             partitions = sorted(self._offsets.all_for(group_id))
         out = []
@@ -382,11 +449,16 @@ class GroupCoordinator:
         self._check_loaded()
         if not _valid_group_id(group_id, allow_empty=False):
             return E.INVALID_GROUP_ID, {}
+        consumer_group = self.consumer_groups.get(group_id)
         group = self._groups.get(group_id)
-        if group is None or group.is_in(S.DEAD):
+        if consumer_group is not None:
+            subscribed: set[str] = (
+                consumer_group.subscribed_topic_names() if consumer_group.members else set()
+            )
+        elif group is None or group.is_in(S.DEAD):
             return E.GROUP_ID_NOT_FOUND, {}
-        if group.is_in(S.EMPTY):
-            subscribed: set[str] = set()
+        elif group.is_in(S.EMPTY):
+            subscribed = set()
         elif group.protocol_type == "consumer" and group.is_in(S.STABLE):
             maybe_subscribed = subscribed_topics(group)
             if maybe_subscribed is None:
@@ -422,6 +494,9 @@ class GroupCoordinator:
 
     def describe_group(self, group_id: str) -> GroupDescription:
         self._check_loaded()
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            return _describe_consumer_group(consumer_group)
         group = self._groups.get(group_id)
         if group is None:
             return GroupDescription(E.GROUP_ID_NOT_FOUND, group_id, S.DEAD.kafka_name, "", "")
@@ -452,21 +527,30 @@ class GroupCoordinator:
         self._check_loaded()
         wanted_states = {s.lower() for s in states}
         wanted_types = {t.lower() for t in types}
-        if wanted_types and "classic" not in wanted_types:
-            return []  # all our groups are of the classic protocol
-        return [
-            GroupListing(g.group_id, g.protocol_type or "", g.state.kafka_name)
-            for g in self._groups.values()
-            if not g.is_in(S.DEAD) and (not wanted_states or g.state.kafka_name.lower() in wanted_states)
-        ]
+        listings = []
+        if not wanted_types or "classic" in wanted_types:
+            listings += [
+                GroupListing(g.group_id, g.protocol_type or "", g.state.kafka_name)
+                for g in self._groups.values()
+                if not g.is_in(S.DEAD)
+            ]
+        if not wanted_types or "consumer" in wanted_types:
+            listings += [
+                GroupListing(g.group_id, "consumer", g.state.value, "consumer")
+                for g in self.consumer_groups.all()
+            ]
+        return [g for g in listings if not wanted_states or g.state.lower() in wanted_states]
 
     def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
         self._check_loaded()
         results = {}
         for group_id in group_ids:
             group = self._groups.get(group_id)
+            consumer_group = self.consumer_groups.get(group_id)
             if not _valid_group_id(group_id, allow_empty=True):
                 results[group_id] = E.INVALID_GROUP_ID
+            elif consumer_group is not None:
+                results[group_id] = self._delete_consumer_group(consumer_group)
             elif group is None or group.is_in(S.DEAD):
                 results[group_id] = E.GROUP_ID_NOT_FOUND
             elif not group.is_in(S.EMPTY):
@@ -479,6 +563,19 @@ class GroupCoordinator:
                     log.exception("group %s: writing deletion failed", group_id)
                     results[group_id] = E.UNKNOWN_SERVER_ERROR
         return results
+
+    def _delete_consumer_group(self, group: ConsumerGroup) -> ErrorCode:
+        if group.members:
+            return E.NON_EMPTY_GROUP
+        try:
+            self._write_offset_tombstones(group.group_id, list(self._offsets.all_for(group.group_id)))
+        except Exception:
+            log.exception("group %s: writing deletion failed", group.group_id)
+            return E.UNKNOWN_SERVER_ERROR
+        self._offsets.remove_group(group.group_id)
+        self.consumer_groups.delete(group.group_id)
+        log.info("group %s deleted", group.group_id)
+        return E.NONE
 
     def _remove_group(self, group: GroupMetadata) -> None:
         tps = list(self._offsets.all_for(group.group_id))
@@ -537,4 +634,57 @@ class GroupCoordinator:
                 log.info("group %s: %d offsets expired", group.group_id, len(expired))
             if empty and not self._offsets.has_offsets(group.group_id):
                 self._remove_group(group)
+        for consumer_group in self.consumer_groups.all():
+            expired_total += self._expire_consumer_group_offsets(consumer_group, now, retention)
         return expired_total
+
+    def _expire_consumer_group_offsets(self, group: ConsumerGroup, now: int, retention: int) -> int:
+        """Kafka's rule for consumer-protocol groups: an offset of a topic no member subscribes to
+        expires ``retention`` after its commit; an empty group left without offsets is deleted."""
+        subscribed = group.subscribed_topic_names() if group.members else set()
+        expired = []
+        for tp, value in self._offsets.all_for(group.group_id).items():
+            if tp[0] in subscribed:
+                continue
+            due = (
+                value.expire_timestamp if value.expire_timestamp >= 0 else value.commit_timestamp + retention
+            )
+            if due <= now:
+                expired.append(tp)
+        if expired:
+            self._write_offset_tombstones(group.group_id, expired)
+            log.info("group %s: %d offsets expired", group.group_id, len(expired))
+        if not group.members and not self._offsets.has_offsets(group.group_id):
+            self.consumer_groups.delete(group.group_id)
+        return len(expired)
+
+
+def _describe_consumer_group(group: ConsumerGroup) -> GroupDescription:
+    """DescribeGroups of a consumer-protocol group, in the classic form Kafka gives it: protocol type
+    "consumer", no protocol name, each member's subscription and current assignment encoded as the
+    classic ConsumerProtocol bytes, so that tools written for classic groups show them."""
+    names = {topic_id: name for name, (topic_id, _) in group.topics.items()}
+    members = []
+    for m in group.members.values():
+        subscription = ConsumerProtocolSubscription(
+            topics=sorted(m.subscribed_topic_names), user_data=None, owned_partitions=[], generation_id=-1
+        )
+        assigned = ConsumerProtocolAssignment(
+            assigned_partitions=[
+                ConsumerProtocolAssignment.TopicPartition(topic=names[topic_id], partitions=sorted(parts))
+                for topic_id, parts in sorted(m.assignment.assigned.items())
+                if topic_id in names
+            ],
+            user_data=None,
+        )
+        members.append(
+            MemberDescription(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                bytes(subscription.encode(version=0)),
+                bytes(assigned.encode(version=0)),
+            )
+        )
+    return GroupDescription(E.NONE, group.group_id, group.state.value, "consumer", "", tuple(members))

@@ -10,6 +10,7 @@ from onceflow.broker.handlers import (
     add_partitions_to_txn,
     alter_configs,
     api_versions,
+    consumer_group_heartbeat,
     create_partitions,
     create_topics,
     delete_groups,
@@ -69,6 +70,7 @@ HANDLERS = [
     list_groups,
     delete_groups,
     offset_delete,
+    consumer_group_heartbeat,  # KIP-848
     # idempotent producer (issue 3)
     init_producer_id,
     describe_producers,

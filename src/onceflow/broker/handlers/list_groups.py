@@ -30,7 +30,9 @@ async def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsR
     except KafkaError as exc:
         return ListGroupsResponse(throttle_time_ms=0, error_code=int(error_code_for(exc)), groups=[])
     groups = [
-        _Group(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type="classic")
+        _Group(
+            group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=g.group_type
+        )
         for g in listed
     ]
     return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=groups)

@@ -22,15 +22,25 @@ _NewTopic = _Group.OffsetFetchResponseTopics
 _NewPartition = _NewTopic.OffsetFetchResponsePartitions
 
 
-def _fetch(ctx: RequestContext, group_id: str, topics, require_stable: bool):
-    """(group error, {topic: [(partition, offset, epoch, metadata, error)]}) keeping request order."""
+def _fetch(
+    ctx: RequestContext,
+    group_id: str,
+    topics,
+    require_stable: bool,
+    member_id: str | None = None,
+    member_epoch: int = -1,
+):
+    """(group error, {topic: [(partition, offset, epoch, metadata, error)]}) keeping request order.
+    ``member_id``/``member_epoch`` (v9) are checked for consumer-protocol groups."""
     wanted = None
     if topics is not None:
         wanted = [(t.name, p) for t in topics for p in t.partition_indexes or []]
     if no_coordinator(ctx):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
     try:
-        top, rows = ctx.groups.fetch_offsets(group_id, wanted, require_stable=require_stable)
+        top, rows = ctx.groups.fetch_offsets(
+            group_id, wanted, require_stable=require_stable, member_id=member_id, member_epoch=member_epoch
+        )
     except KafkaError as exc:
         top, rows = error_code_for(exc), []
     by_topic: dict[str, list] = {}
@@ -55,7 +65,8 @@ async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetc
     if v >= 8:
         groups = []
         for g in request.groups or []:
-            top, by_topic = _fetch(ctx, g.group_id, g.topics, require_stable)
+            member = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)
+            top, by_topic = _fetch(ctx, g.group_id, g.topics, require_stable, *member)
             groups.append(
                 _Group(
                     group_id=g.group_id,

@@ -1,0 +1,494 @@
+"""Groups of the consumer group protocol (KIP-848): ConsumerGroupHeartbeat's rules, and the checks
+their members' offset commits and fetches go through. No sockets: the handler and the coordinator
+call in, timers run on the injected :class:`Scheduler`, topics are read through :class:`TopicLookup`.
+
+The coordinator, not the members, assigns partitions. Every change that can alter the assignment
+(a member joins, leaves, or changes its subscription or assignor; a subscribed topic appears, goes or
+grows) bumps the *group epoch*; the next heartbeat recomputes the *target assignment* at that epoch
+with the group's assignor, and each member then reconciles towards its target one heartbeat at a time
+(:mod:`reconciliation`), revoking before anyone else is given what it had.
+
+Deliberate difference from Kafka: this state lives in memory only (committed offsets are persisted as
+for classic groups). After a restart a member's heartbeat gets UNKNOWN_MEMBER_ID and it rejoins with
+epoch 0, as after a session timeout; Kafka would have replayed the group from ``__consumer_offsets``.
+For the same reason a heartbeat for a group this broker does not know is UNKNOWN_MEMBER_ID rather than
+Kafka's GROUP_ID_NOT_FOUND, which clients treat as fatal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import re
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from typing import Protocol
+
+from onceflow.broker.group import assignment as a
+from onceflow.broker.group.assignment import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment
+from onceflow.broker.group.reconciliation import MemberAssignment, MemberState, next_assignment
+from onceflow.broker.group.scheduler import Scheduler, TimerHandle
+from onceflow.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+E = ErrorCode
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerGroupConfig:
+    """Kafka's broker settings of the same names (``group.consumer.*``)."""
+
+    heartbeat_interval_ms: int = 5000
+    session_timeout_ms: int = 45000
+    max_size: int = 2147483647
+    assignors: tuple[str, ...] = ("uniform", "range")
+
+
+class TopicLookup(Protocol):
+    def topic(self, name: str) -> tuple[uuid.UUID, int] | None:
+        """The topic's id and partition count, or None if there is no such topic."""
+        ...
+
+    def topic_names(self) -> Iterable[str]:
+        """Every topic clients may subscribe to (not the internal ones)."""
+        ...
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+
+
+@dataclasses.dataclass
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = 300000
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    assignment: MemberAssignment = dataclasses.field(
+        default_factory=lambda: MemberAssignment(MemberState.STABLE, 0, 0, a.EMPTY)
+    )
+    session_timer: TimerHandle | None = None
+    rebalance_timer: TimerHandle | None = None
+
+    def cancel_timers(self) -> None:
+        for timer in (self.session_timer, self.rebalance_timer):
+            if timer is not None:
+                timer.cancel()
+        self.session_timer = self.rebalance_timer = None
+
+
+@dataclasses.dataclass
+class ConsumerGroup:
+    group_id: str
+    epoch: int = 0
+    target_epoch: int = 0
+    target: dict[str, Assignment] = dataclasses.field(default_factory=dict)
+    members: dict[str, ConsumerMember] = dataclasses.field(default_factory=dict)
+    # The subscribed topics as of the group epoch: name -> (topic id, partition count).
+    topics: dict[str, tuple[uuid.UUID, int]] = dataclasses.field(default_factory=dict)
+    # Who holds each partition (assigned or pending revocation): a partition has one holder at most.
+    owners: dict[tuple[uuid.UUID, int], str] = dataclasses.field(default_factory=dict)
+    static_members: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def state(self) -> ConsumerGroupState:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.epoch > self.target_epoch:
+            return ConsumerGroupState.ASSIGNING
+        if all(m.assignment.reconciled_to(self.target_epoch) for m in self.members.values()):
+            return ConsumerGroupState.STABLE
+        return ConsumerGroupState.RECONCILING
+
+    def set_assignment(self, member: ConsumerMember, new: MemberAssignment) -> None:
+        self._release(member)
+        member.assignment = new
+        for tp in a.pairs(new.assigned) | a.pairs(new.pending_revocation):
+            self.owners[tp] = member.member_id
+
+    def _release(self, member: ConsumerMember) -> None:
+        held = a.pairs(member.assignment.assigned) | a.pairs(member.assignment.pending_revocation)
+        for tp in held:
+            if self.owners.get(tp) == member.member_id:
+                del self.owners[tp]
+
+    def remove(self, member: ConsumerMember) -> None:
+        member.cancel_timers()
+        self._release(member)
+        del self.members[member.member_id]
+        self.target.pop(member.member_id, None)
+        if member.instance_id is not None and self.static_members.get(member.instance_id) == member.member_id:
+            del self.static_members[member.instance_id]
+
+    def subscribed_topic_names(self) -> set[str]:
+        return set(self.topics)
+
+
+@dataclasses.dataclass(frozen=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Assignment | None = None
+    api_version: int = 1
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class HeartbeatResult:
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: Assignment | None  # None: unchanged since the member's last heartbeat
+
+
+class ConsumerGroups:
+    def __init__(self, config: ConsumerGroupConfig, scheduler: Scheduler, topics: TopicLookup) -> None:
+        self.config = config
+        self._scheduler = scheduler
+        self._topics = topics
+        self._groups: dict[str, ConsumerGroup] = {}
+
+    # -- registry ------------------------------------------------------------------------------
+
+    def get(self, group_id: str) -> ConsumerGroup | None:
+        return self._groups.get(group_id)
+
+    def all(self) -> list[ConsumerGroup]:
+        return list(self._groups.values())
+
+    def delete(self, group_id: str) -> None:
+        group = self._groups.pop(group_id)
+        for member in list(group.members.values()):
+            group.remove(member)
+
+    def shutdown(self) -> None:
+        for group in self._groups.values():
+            for member in group.members.values():
+                member.cancel_timers()
+
+    # -- ConsumerGroupHeartbeat ------------------------------------------------------------------
+
+    def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        """Raises :class:`KafkaError` with the answer's error code."""
+        self._validate(req)
+        group = self._groups.get(req.group_id)
+        if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self._leave(group, req)
+        if group is None:
+            if req.member_epoch != 0:
+                raise KafkaError(
+                    f"member {req.member_id} is not in group {req.group_id}", E.UNKNOWN_MEMBER_ID
+                )
+            group = self._groups[req.group_id] = ConsumerGroup(req.group_id)
+        if req.member_epoch == 0:
+            member, bump = self._join(group, req)
+        else:
+            member, bump = self._known_member(group, req), False
+        bump |= self._update_subscription(member, req)
+        bump |= self._refresh_topics(group)
+        if bump:  # one new group epoch for whatever this heartbeat changed
+            group.epoch += 1
+        self._refresh_session(group, member)
+        if group.epoch > group.target_epoch:
+            self._compute_target(group)
+        before = member.assignment
+        after = next_assignment(
+            before,
+            group.target_epoch,
+            group.target.get(member.member_id, a.EMPTY),
+            req.owned,
+            lambda topic, partition: (
+                group.owners.get((topic, partition), member.member_id) != member.member_id
+            ),
+        )
+        if after != before:
+            group.set_assignment(member, after)
+            self._watch_revocation(group, member, before)
+        full_request = req.member_epoch == 0 or req.owned is not None
+        changed = after.assigned != before.assigned or after.epoch != before.epoch
+        return HeartbeatResult(
+            member.member_id,
+            after.epoch,
+            self.config.heartbeat_interval_ms,
+            after.assigned if (changed or full_request) else None,
+        )
+
+    def _validate(self, req: HeartbeatRequest) -> None:
+        def invalid(message: str) -> KafkaError:
+            return KafkaError(message, E.INVALID_REQUEST)
+
+        if not req.group_id:
+            raise invalid("GroupId can't be empty.")
+        if req.instance_id == "":
+            raise invalid("InstanceId can't be empty.")
+        if req.member_epoch < STATIC_LEAVE_EPOCH:
+            raise invalid(f"MemberEpoch {req.member_epoch} is not valid.")
+        if not req.member_id and (req.api_version >= 1 or req.member_epoch != 0):
+            raise invalid("MemberId can't be empty.")
+        if req.member_epoch == STATIC_LEAVE_EPOCH and req.instance_id is None:
+            raise invalid("InstanceId can't be null when MemberEpoch is -2.")
+        if req.member_epoch == 0:
+            if req.rebalance_timeout_ms == -1:
+                raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            if req.owned is None or req.owned:
+                raise invalid("TopicPartitions must be empty when (re-)joining.")
+            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+                raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+        if req.server_assignor is not None and req.server_assignor not in self.config.assignors:
+            raise KafkaError(
+                f"ServerAssignor {req.server_assignor} is not supported.", E.UNSUPPORTED_ASSIGNOR
+            )
+        if req.subscribed_topic_regex:
+            try:
+                re.compile(req.subscribed_topic_regex)
+            except re.error as exc:
+                raise KafkaError(
+                    f"SubscribedTopicRegex {req.subscribed_topic_regex!r} is not valid: {exc}",
+                    E.INVALID_REGULAR_EXPRESSION,
+                ) from None
+
+    def _leave(self, group: ConsumerGroup | None, req: HeartbeatRequest) -> HeartbeatResult:
+        member = group.members.get(req.member_id) if group is not None else None
+        if req.instance_id is not None and group is not None and member is None:
+            owner = group.static_members.get(req.instance_id)
+            member = group.members.get(owner) if owner is not None else None
+            if member is not None:
+                raise KafkaError(
+                    f"instance {req.instance_id} belongs to member {owner}", E.FENCED_INSTANCE_ID
+                )
+        if group is not None and member is not None:
+            if req.member_epoch == STATIC_LEAVE_EPOCH:
+                # A static member's temporary leave: it keeps its partitions, reserved for its instance id
+                # until it rejoins or its session times out.
+                group.set_assignment(
+                    member,
+                    dataclasses.replace(
+                        member.assignment, epoch=STATIC_LEAVE_EPOCH, previous_epoch=member.assignment.epoch
+                    ),
+                )
+                self._refresh_session(group, member)
+            else:
+                group.remove(member)
+                group.epoch += 1
+                log.info("group %s: member %s left", group.group_id, member.member_id)
+        return HeartbeatResult(req.member_id, req.member_epoch, self.config.heartbeat_interval_ms, None)
+
+    def _join(self, group: ConsumerGroup, req: HeartbeatRequest) -> tuple[ConsumerMember, bool]:
+        """The joining member, and whether the group's membership changed (a new group epoch)."""
+        member_id = req.member_id or uuid.uuid4().hex  # v0: the coordinator names the member
+        inherited: MemberAssignment | None = None
+        predecessor: ConsumerMember | None = None
+        if req.instance_id is not None:
+            previous_id = group.static_members.get(req.instance_id)
+            if previous_id is not None and previous_id != member_id:
+                previous = group.members[previous_id]
+                if previous.assignment.epoch != STATIC_LEAVE_EPOCH:
+                    raise KafkaError(
+                        f"instance {req.instance_id} is still used by member {previous_id}",
+                        E.UNRELEASED_INSTANCE_ID,
+                    )
+                # The returning static member takes over its predecessor's partitions and epoch.
+                inherited = dataclasses.replace(previous.assignment, epoch=previous.assignment.previous_epoch)
+                predecessor = previous
+                group.remove(previous)
+                group.target[member_id] = group.target.pop(previous_id, a.EMPTY)
+        old = group.members.get(member_id)
+        if old is not None:  # rejoining under the same id: the old incarnation's partitions are free
+            group.remove(old)
+        if inherited is None and len(group.members) >= self.config.max_size:
+            raise KafkaError(f"group {group.group_id} is full", E.GROUP_MAX_SIZE_REACHED)
+        member = ConsumerMember(member_id, req.instance_id, req.client_id, req.client_host)
+        if predecessor is not None:  # same subscription unless this heartbeat changes it
+            for name in ("rack_id", "subscribed_topic_names", "subscribed_topic_regex", "server_assignor"):
+                setattr(member, name, getattr(predecessor, name))
+        group.members[member_id] = member
+        if req.instance_id is not None:
+            group.static_members[req.instance_id] = member_id
+        if inherited is not None:
+            group.set_assignment(member, inherited)
+            return member, False
+        log.info("group %s: member %s joined", group.group_id, member_id)
+        return member, True
+
+    def _known_member(self, group: ConsumerGroup, req: HeartbeatRequest) -> ConsumerMember:
+        member = group.members.get(req.member_id)
+        if member is None:
+            raise KafkaError(f"member {req.member_id} is not in group {group.group_id}", E.UNKNOWN_MEMBER_ID)
+        if req.instance_id is not None and group.static_members.get(req.instance_id) != member.member_id:
+            raise KafkaError(f"instance {req.instance_id} belongs to another member", E.FENCED_INSTANCE_ID)
+        current = member.assignment
+        if req.member_epoch > current.epoch:
+            raise KafkaError(
+                f"member epoch {req.member_epoch} is ahead of {current.epoch}", E.FENCED_MEMBER_EPOCH
+            )
+        if req.member_epoch < current.epoch:
+            # The answer that bumped the epoch may have been lost: the previous epoch is accepted from a
+            # member that owns nothing beyond its current assignment.
+            lost_answer = (
+                req.member_epoch == current.previous_epoch
+                and req.owned is not None
+                and a.is_subset(req.owned, current.assigned)
+            )
+            if not lost_answer:
+                raise KafkaError(
+                    f"member epoch {req.member_epoch} is behind {current.epoch}", E.FENCED_MEMBER_EPOCH
+                )
+        return member
+
+    def _update_subscription(self, member: ConsumerMember, req: HeartbeatRequest) -> bool:
+        """Apply what the heartbeat changes; returns whether that alters the assignment."""
+        changed = False
+        if req.rack_id is not None:
+            member.rack_id = req.rack_id
+        if req.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        if req.subscribed_topic_names is not None:
+            names = tuple(sorted(set(req.subscribed_topic_names)))
+            changed |= names != member.subscribed_topic_names
+            member.subscribed_topic_names = names
+        if req.subscribed_topic_regex is not None:
+            regex = req.subscribed_topic_regex or None  # "" clears it
+            changed |= regex != member.subscribed_topic_regex
+            member.subscribed_topic_regex = regex
+        if req.server_assignor is not None:
+            changed |= req.server_assignor != member.server_assignor
+            member.server_assignor = req.server_assignor
+        return changed
+
+    # -- assignment ------------------------------------------------------------------------------
+
+    def _member_topics(self, member: ConsumerMember, all_names: list[str] | None) -> set[str]:
+        names = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex and all_names is not None:
+            pattern = re.compile(member.subscribed_topic_regex)
+            names.update(n for n in all_names if pattern.fullmatch(n))
+        return names
+
+    def _refresh_topics(self, group: ConsumerGroup) -> bool:
+        """Whether a subscribed topic appeared, went, or changed its partitions (a new group epoch)."""
+        uses_regex = any(m.subscribed_topic_regex for m in group.members.values())
+        all_names = sorted(self._topics.topic_names()) if uses_regex else None
+        wanted: set[str] = set()
+        for member in group.members.values():
+            wanted |= self._member_topics(member, all_names)
+        snapshot = {}
+        for name in sorted(wanted):
+            found = self._topics.topic(name)
+            if found is not None:
+                snapshot[name] = found
+        if snapshot == group.topics:
+            return False
+        group.topics = snapshot
+        return True
+
+    def _compute_target(self, group: ConsumerGroup) -> None:
+        all_names = sorted(group.topics)
+        subscriptions = {
+            m.member_id: frozenset(
+                group.topics[n][0] for n in self._member_topics(m, all_names) if n in group.topics
+            )
+            for m in group.members.values()
+        }
+        counts = {topic_id: partitions for topic_id, partitions in group.topics.values()}
+        chosen = Counter(m.server_assignor for m in group.members.values() if m.server_assignor)
+        name = chosen.most_common(1)[0][0] if chosen else DEFAULT_ASSIGNOR
+        group.target = dict(ASSIGNORS[name](subscriptions, counts, group.target))
+        group.target_epoch = group.epoch
+        log.debug("group %s: target assignment at epoch %d by %s", group.group_id, group.epoch, name)
+
+    # -- timers ----------------------------------------------------------------------------------
+
+    def _refresh_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+        member.session_timer = self._scheduler.call_later(
+            self.config.session_timeout_ms,
+            lambda: self._fence(group.group_id, member.member_id, "its session timed out"),
+        )
+
+    def _watch_revocation(
+        self, group: ConsumerGroup, member: ConsumerMember, before: MemberAssignment
+    ) -> None:
+        """A member asked to revoke has its rebalance timeout to do so, or it is fenced."""
+        now_revoking = member.assignment.state is MemberState.UNREVOKED_PARTITIONS
+        if now_revoking and before.state is not MemberState.UNREVOKED_PARTITIONS:
+            epoch = member.assignment.epoch
+
+            def expire() -> None:
+                still_revoking = (
+                    group.members.get(member.member_id) is member
+                    and member.assignment.state is MemberState.UNREVOKED_PARTITIONS
+                    and member.assignment.epoch == epoch
+                )
+                if still_revoking:
+                    self._fence(group.group_id, member.member_id, "it did not revoke in time")
+
+            member.rebalance_timer = self._scheduler.call_later(member.rebalance_timeout_ms, expire)
+        elif not now_revoking and member.rebalance_timer is not None:
+            member.rebalance_timer.cancel()
+            member.rebalance_timer = None
+
+    def _fence(self, group_id: str, member_id: str, why: str) -> None:
+        group = self._groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return
+        group.remove(member)
+        group.epoch += 1
+        log.info("group %s: member %s removed: %s", group_id, member_id, why)
+
+    # -- offsets of consumer-protocol members ----------------------------------------------------
+
+    def check_offset_commit(
+        self,
+        group: ConsumerGroup,
+        member_id: str,
+        instance_id: str | None,
+        member_epoch: int,
+        *,
+        transactional: bool,
+    ) -> ErrorCode:
+        """Kafka's rule: a commit without an epoch is for an empty group (or, transactional, one that
+        names no member); otherwise the member must exist and be at the epoch it gives. A stale epoch
+        is STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION for TxnOffsetCommit, which has no such code."""
+        if member_epoch < 0 and not group.members:
+            return E.NONE
+        if transactional and member_epoch < 0 and not member_id and instance_id is None:
+            return E.NONE
+        member = group.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if member_epoch != member.assignment.epoch:
+            return E.ILLEGAL_GENERATION if transactional else E.STALE_MEMBER_EPOCH
+        return E.NONE
+
+    def check_offset_fetch(self, group: ConsumerGroup, member_id: str | None, member_epoch: int) -> ErrorCode:
+        if member_id is None and member_epoch < 0:
+            return E.NONE
+        member = group.members.get(member_id or "")
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if member_epoch != member.assignment.epoch:
+            return E.STALE_MEMBER_EPOCH
+        return E.NONE

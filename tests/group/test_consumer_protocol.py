@@ -1,0 +1,314 @@
+"""The consumer group protocol (KIP-848) without sockets: assignors, the reconciliation rules, and
+ConsumerGroupHeartbeat's epochs, errors and timers on a manual clock."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from onceflow.broker.group import assignment as a
+from onceflow.broker.group.consumer_groups import (
+    ConsumerGroupConfig,
+    ConsumerGroups,
+    ConsumerGroupState,
+    HeartbeatRequest,
+)
+from onceflow.broker.group.reconciliation import MemberAssignment, MemberState, next_assignment
+from onceflow.broker.group.scheduler import ManualScheduler
+from onceflow.protocol.errors import ErrorCode, KafkaError
+
+T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
+
+
+def parts(result) -> set[tuple[uuid.UUID, int]]:
+    return a.pairs(result) if result else set()
+
+
+# -- assignors ------------------------------------------------------------------------------------
+
+
+def test_uniform_spreads_evenly_and_keeps_what_it_can():
+    subs = {m: frozenset({T1}) for m in ("a", "b", "c")}
+    first = a.uniform(subs, {T1: 7}, {})
+    sizes = sorted(len(parts(x)) for x in first.values())
+    assert sizes == [2, 2, 3]
+    assert set().union(*(parts(x) for x in first.values())) == {(T1, p) for p in range(7)}
+    # A fourth member: only what it needs moves to it; nobody else trades partitions.
+    subs["d"] = frozenset({T1})
+    second = a.uniform(subs, {T1: 7}, first)
+    assert sorted(len(parts(x)) for x in second.values()) == [1, 2, 2, 2]
+    for member in ("a", "b", "c"):
+        assert parts(second[member]) <= parts(first[member])
+
+
+def test_uniform_with_different_subscriptions_gives_each_topic_only_to_its_subscribers():
+    subs = {"a": frozenset({T1}), "b": frozenset({T1, T2}), "c": frozenset({T2})}
+    result = a.uniform(subs, {T1: 4, T2: 4}, {})
+    assert {t for t, _ in parts(result["a"])} == {T1}
+    assert {t for t, _ in parts(result["c"])} == {T2}
+    assert sum(len(parts(x)) for x in result.values()) == 8
+    assert max(len(parts(x)) for x in result.values()) - min(len(parts(x)) for x in result.values()) <= 1
+
+
+def test_uniform_drops_partitions_of_topics_no_longer_subscribed_or_gone():
+    previous = {"a": {T1: frozenset({0, 1}), T2: frozenset({0})}}
+    result = a.uniform({"a": frozenset({T1})}, {T1: 1}, previous)
+    assert result["a"] == {T1: frozenset({0})}
+
+
+def test_range_gives_contiguous_ranges_in_member_order():
+    subs = {"b": frozenset({T1, T2}), "a": frozenset({T1, T2})}
+    result = a.range_assign(subs, {T1: 5, T2: 5}, {})
+    assert result["a"] == {T1: frozenset({0, 1, 2}), T2: frozenset({0, 1, 2})}
+    assert result["b"] == {T1: frozenset({3, 4}), T2: frozenset({3, 4})}
+
+
+# -- reconciliation -------------------------------------------------------------------------------
+
+
+def owned_by(owners: dict):
+    return lambda topic, partition: (topic, partition) in owners
+
+
+def test_a_member_revokes_before_its_epoch_moves_on():
+    current = MemberAssignment(MemberState.STABLE, 1, 0, {T1: frozenset({0, 1})})
+    target = {T1: frozenset({0})}
+    step = next_assignment(current, 2, target, None, owned_by({}))
+    assert step.state is MemberState.UNREVOKED_PARTITIONS
+    assert step.epoch == 1 and step.assigned == target and step.pending_revocation == {T1: frozenset({1})}
+    # A heartbeat that does not say what it owns, or still owns partition 1, changes nothing.
+    assert next_assignment(step, 2, target, None, owned_by({})) == step
+    assert next_assignment(step, 2, target, {T1: frozenset({0, 1})}, owned_by({})) == step
+    done = next_assignment(step, 2, target, {T1: frozenset({0})}, owned_by({}))
+    assert (done.state, done.epoch, done.previous_epoch) == (MemberState.STABLE, 2, 1)
+    assert done.pending_revocation == {}
+
+
+def test_partitions_another_member_still_holds_are_held_back():
+    current = MemberAssignment(MemberState.STABLE, 1, 0, {})
+    target = {T1: frozenset({0, 1})}
+    step = next_assignment(current, 2, target, {}, owned_by({(T1, 1): "other"}))
+    assert (step.state, step.epoch, step.assigned) == (
+        MemberState.UNRELEASED_PARTITIONS,
+        2,
+        {T1: frozenset({0})},
+    )
+    freed = next_assignment(step, 2, target, None, owned_by({}))
+    assert (freed.state, freed.assigned) == (MemberState.STABLE, target)
+
+
+# -- ConsumerGroupHeartbeat -----------------------------------------------------------------------
+
+
+class FakeTopics:
+    def __init__(self, **partition_counts: int) -> None:
+        self.counts = dict(partition_counts)
+        self.ids = {name: uuid.uuid5(uuid.NAMESPACE_OID, name) for name in partition_counts}
+
+    def add(self, name: str, partitions: int) -> None:
+        self.counts[name] = partitions
+        self.ids[name] = uuid.uuid5(uuid.NAMESPACE_OID, name)
+
+    def topic(self, name: str):
+        return (self.ids[name], self.counts[name]) if name in self.counts else None
+
+    def topic_names(self):
+        return list(self.counts)
+
+
+class Harness:
+    def __init__(self, **topics: int) -> None:
+        self.clock = ManualScheduler()
+        self.topics = FakeTopics(**topics)
+        self.config = ConsumerGroupConfig(heartbeat_interval_ms=1000, session_timeout_ms=10_000)
+        self.groups = ConsumerGroups(self.config, self.clock, self.topics)
+
+    def id(self, topic: str) -> uuid.UUID:
+        return self.topics.ids[topic]
+
+    def join(self, member: str, topics=("t",), **kw):
+        return self.groups.heartbeat(
+            HeartbeatRequest(
+                "g",
+                member,
+                0,
+                rebalance_timeout_ms=kw.pop("rebalance_timeout_ms", 5000),
+                subscribed_topic_names=tuple(topics) if topics is not None else None,
+                owned={},
+                **kw,
+            )
+        )
+
+    def beat(self, member: str, epoch: int, owned=None, **kw):
+        return self.groups.heartbeat(HeartbeatRequest("g", member, epoch, owned=owned, **kw))
+
+    def group(self):
+        return self.groups.get("g")
+
+
+def error_of(call) -> ErrorCode:
+    with pytest.raises(KafkaError) as info:
+        call()
+    return info.value.code
+
+
+def test_first_member_gets_every_partition_at_epoch_one():
+    h = Harness(t=3)
+    result = h.join("m1")
+    assert (result.member_id, result.member_epoch, result.heartbeat_interval_ms) == ("m1", 1, 1000)
+    assert result.assignment == {h.id("t"): frozenset({0, 1, 2})}
+    assert h.group().state is ConsumerGroupState.STABLE
+    # Nothing changed: no assignment in the answer.
+    assert h.beat("m1", 1).assignment is None
+
+
+def test_a_second_member_gets_partitions_only_after_the_first_revokes_them():
+    h = Harness(t=4)
+    h.join("m1")
+    second = h.join("m2")
+    # m1 still holds everything: m2 is at the new epoch with nothing yet.
+    assert second.member_epoch == 2 and second.assignment == {}
+    assert h.group().state is ConsumerGroupState.RECONCILING
+    revoke = h.beat("m1", 1)
+    assert revoke.member_epoch == 1  # it keeps its epoch until it has let go
+    kept = revoke.assignment
+    assert len(a.pairs(kept)) == 2
+    assert h.beat("m2", 2).assignment is None  # still nothing free for m2
+    done = h.beat("m1", 1, owned=kept)
+    assert done.member_epoch == 2 and done.assignment == kept
+    gained = h.beat("m2", 2).assignment
+    assert a.pairs(gained) == a.pairs({h.id("t"): frozenset(range(4))}) - a.pairs(kept)
+    assert h.group().state is ConsumerGroupState.STABLE
+
+
+def test_epoch_rules():
+    h = Harness(t=2)
+    h.join("m1")
+    h.join("m2")
+    kept = h.beat("m1", 1).assignment
+    h.beat("m1", 1, owned=kept)  # now at epoch 2; its previous epoch is 1
+    assert error_of(lambda: h.beat("m1", 3)) is ErrorCode.FENCED_MEMBER_EPOCH
+    # The answer that moved it to epoch 2 was lost: epoch 1 with a subset of its partitions is accepted.
+    assert h.beat("m1", 1, owned=kept).member_epoch == 2
+    assert error_of(lambda: h.beat("m1", 1)) is ErrorCode.FENCED_MEMBER_EPOCH  # owned not given
+    assert error_of(lambda: h.beat("nobody", 2)) is ErrorCode.UNKNOWN_MEMBER_ID
+
+
+@pytest.mark.parametrize(
+    "request_kw, code",
+    [
+        ({"group_id": ""}, ErrorCode.INVALID_REQUEST),
+        ({"member_id": ""}, ErrorCode.INVALID_REQUEST),
+        ({"rebalance_timeout_ms": -1}, ErrorCode.INVALID_REQUEST),
+        ({"owned": None}, ErrorCode.INVALID_REQUEST),
+        ({"subscribed_topic_names": None}, ErrorCode.INVALID_REQUEST),
+        ({"server_assignor": "sticky"}, ErrorCode.UNSUPPORTED_ASSIGNOR),
+        ({"subscribed_topic_regex": "t("}, ErrorCode.INVALID_REGULAR_EXPRESSION),
+    ],
+)
+def test_bad_join_requests(request_kw, code):
+    h = Harness(t=1)
+    fields = {
+        "group_id": "g",
+        "member_id": "m1",
+        "member_epoch": 0,
+        "rebalance_timeout_ms": 5000,
+        "subscribed_topic_names": ("t",),
+        "owned": {},
+        **request_kw,
+    }
+    assert error_of(lambda: h.groups.heartbeat(HeartbeatRequest(**fields))) is code
+
+
+def test_v0_join_gets_a_member_id_from_the_coordinator():
+    h = Harness(t=1)
+    result = h.groups.heartbeat(
+        HeartbeatRequest(
+            "g", "", 0, rebalance_timeout_ms=5000, subscribed_topic_names=("t",), owned={}, api_version=0
+        )
+    )
+    assert result.member_id and result.member_epoch == 1
+
+
+def test_leaving_frees_the_partitions_for_the_others():
+    h = Harness(t=2)
+    h.join("m1")
+    h.join("m2")
+    assert h.beat("m1", -1).member_epoch == -1
+    assert "m1" not in h.group().members
+    result = h.beat("m2", 2)
+    assert result.member_epoch == 3 and result.assignment == {h.id("t"): frozenset({0, 1})}
+
+
+def test_a_silent_member_is_removed_after_its_session_timeout():
+    h = Harness(t=2)
+    h.join("m1")
+    h.join("m2")
+    epoch = 2
+    for _ in range(3):  # m2 heartbeats every 4 s; m1 never again
+        h.clock.advance(4000)
+        result = h.beat("m2", epoch)
+        epoch = result.member_epoch
+    assert "m1" not in h.group().members
+    assert epoch == 3 and result.assignment == {h.id("t"): frozenset({0, 1})}
+
+
+def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_fenced():
+    h = Harness(t=2)
+    h.join("m1", rebalance_timeout_ms=3000)
+    h.join("m2")
+    h.beat("m1", 1)  # told to revoke; never confirms
+    h.clock.advance(2000)
+    h.beat("m2", 2)
+    assert "m1" in h.group().members
+    h.clock.advance(1500)
+    assert "m1" not in h.group().members
+    assert error_of(lambda: h.beat("m1", 1)) is ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_new_partitions_and_new_topics_of_a_regex_bump_the_group_epoch():
+    h = Harness(**{"orders-a": 1, "other": 1})
+    first = h.join("m1", topics=None, subscribed_topic_regex="orders-.*")
+    assert first.assignment == {h.id("orders-a"): frozenset({0})}
+    h.topics.add("orders-b", 2)
+    h.topics.counts["orders-a"] = 2
+    after = h.beat("m1", 1)
+    assert after.member_epoch == 2
+    assert a.pairs(after.assignment) == {(h.id("orders-a"), 0), (h.id("orders-a"), 1)} | {
+        (h.id("orders-b"), p) for p in (0, 1)
+    }
+
+
+def test_a_static_member_keeps_its_partitions_across_a_restart():
+    h = Harness(t=2)
+    h.join("m1", instance_id="i1")
+    h.join("m2", instance_id="i2")
+    h.beat("m1", 1, owned=h.beat("m1", 1, instance_id="i1").assignment, instance_id="i1")
+    h.beat("m2", 2)
+    before = h.group().members["m1"].assignment
+    assert h.beat("m1", -2, instance_id="i1").member_epoch == -2  # temporary leave
+    # Its instance id is still taken by the departed member until it rejoins or times out...
+    assert error_of(lambda: h.join("m3", instance_id="i2")) is ErrorCode.UNRELEASED_INSTANCE_ID
+    # ...and the restarted process, under a new member id, picks up where it left off.
+    back = h.join("m1-new", instance_id="i1")
+    assert back.member_epoch == before.epoch and back.assignment == before.assigned
+    assert "m1" not in h.group().members
+
+
+def test_offset_checks_for_consumer_protocol_members():
+    h = Harness(t=1)
+    h.join("m1")
+    group = h.group()
+    check = h.groups.check_offset_commit
+    assert check(group, "m1", None, 1, transactional=False) is ErrorCode.NONE
+    assert check(group, "m1", None, 0, transactional=False) is ErrorCode.STALE_MEMBER_EPOCH
+    assert check(group, "m1", None, 0, transactional=True) is ErrorCode.ILLEGAL_GENERATION
+    assert check(group, "ghost", None, 1, transactional=False) is ErrorCode.UNKNOWN_MEMBER_ID
+    assert check(group, "", None, -1, transactional=False) is ErrorCode.UNKNOWN_MEMBER_ID  # group not empty
+    # TxnOffsetCommit may name no member at all.
+    assert check(group, "", None, -1, transactional=True) is ErrorCode.NONE
+    assert h.groups.check_offset_fetch(group, None, -1) is ErrorCode.NONE
+    assert h.groups.check_offset_fetch(group, "m1", 0) is ErrorCode.STALE_MEMBER_EPOCH
+    h.beat("m1", -1)
+    assert check(group, "", None, -1, transactional=False) is ErrorCode.NONE  # empty group: admin commits

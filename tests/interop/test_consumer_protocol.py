@@ -1,0 +1,275 @@
+"""The consumer group protocol (KIP-848) with a client nobody here wrote: librdkafka's consumer with
+``group.protocol=consumer`` (confluent-kafka), and the answers it hides, at the wire."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.consumer.group import OffsetFetchRequest
+from tests.conftest import topic_name
+from tests.helpers.broker import BrokerProcess
+from tests.helpers.wire import WireClient
+from tests.interop.test_groups_wire import commit_request
+
+from onceflow.protocol.errors import ErrorCode as E
+from onceflow.protocol.messages import ConsumerGroupHeartbeatRequest
+
+pytestmark = pytest.mark.interop
+
+HEARTBEAT_MS = 200
+
+
+@pytest.fixture(scope="module")
+def kip848_broker(tmp_path_factory):
+    proc = BrokerProcess(
+        tmp_path_factory.mktemp("kip848"),
+        extra_args=["--dev", "--config", f"group.consumer.heartbeat.interval.ms={HEARTBEAT_MS}"],
+    )
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
+
+
+def consumer(bootstrap: str, group: str, **extra) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **extra,
+        }
+    )
+
+
+def fill(bootstrap: str, topic: str, partitions: int, per_partition: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for p in range(partitions):
+        for i in range(per_partition):
+            producer.produce(topic, b"%d-%d" % (p, i), partition=p)
+    assert producer.flush(30) == 0
+
+
+def poll_until(c: Consumer, done, timeout: float = 30.0, seen: list | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out; assignment {c.assignment()}"
+        msg = c.poll(0.1)
+        if msg is not None and seen is not None:
+            assert msg.error() is None, msg.error()
+            seen.append((msg.partition(), msg.offset()))
+
+
+def partitions_of(c: Consumer) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+def test_one_consumer_gets_every_partition_and_reads_it_all(kip848_broker):
+    b = kip848_broker.bootstrap
+    topic = topic_name("k848")
+    create_topic(b, topic, partitions=3)
+    fill(b, topic, 3, 20)
+    c = consumer(b, f"g-{topic}")
+    try:
+        c.subscribe([topic])
+        seen: list = []
+        poll_until(c, lambda: len(seen) >= 60, seen=seen)
+        assert sorted(seen) == sorted((p, o) for p in range(3) for o in range(20))
+        assert partitions_of(c) == {0, 1, 2}
+    finally:
+        c.close()
+
+
+def test_two_consumers_share_the_partitions_and_the_survivor_takes_them_back(kip848_broker):
+    b = kip848_broker.bootstrap
+    topic = topic_name("k848")
+    create_topic(b, topic, partitions=4)
+    group = f"g-{topic}"
+    first, second = consumer(b, group), consumer(b, group)
+    try:
+        first.subscribe([topic])
+        poll_until(first, lambda: partitions_of(first) == {0, 1, 2, 3})
+        second.subscribe([topic])
+        # One thread polls both: librdkafka serves a handle's rebalance in its poll calls, and a call
+        # such as assignment() on a handle another thread is polling can block until that poll ends.
+        deadline = time.monotonic() + 30
+        while not (
+            len(partitions_of(first)) == len(partitions_of(second)) == 2
+            and not partitions_of(first) & partitions_of(second)
+        ):
+            assert time.monotonic() < deadline, (partitions_of(first), partitions_of(second))
+            first.poll(0.05)
+            second.poll(0.05)
+        assert partitions_of(first) | partitions_of(second) == {0, 1, 2, 3}
+        second.close()
+        poll_until(first, lambda: partitions_of(first) == {0, 1, 2, 3})
+    finally:
+        first.close()
+
+
+def test_commits_carry_the_member_epoch(kip848_broker):
+    b = kip848_broker.bootstrap
+    topic = topic_name("k848")
+    create_topic(b, topic, partitions=2)
+    fill(b, topic, 2, 5)
+    c = consumer(b, f"g-{topic}")
+    try:
+        c.subscribe([topic])
+        seen: list = []
+        poll_until(c, lambda: len(seen) >= 10, seen=seen)
+        c.commit(asynchronous=False)
+        committed = c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
+        assert [(tp.partition, tp.offset) for tp in committed] == [(0, 5), (1, 5)]
+        # A commit without a member epoch is refused while the group has members (Kafka's rule).
+        with WireClient(b) as w:
+            resp = w.request(commit_request(f"g-{topic}", topic, [(0, 1)]), 9)
+            assert resp.topics[0].partitions[0].error_code == E.UNKNOWN_MEMBER_ID
+    finally:
+        c.close()
+
+
+def join_request(group: str, member: str, topic: str, epoch: int = 0, **kw) -> ConsumerGroupHeartbeatRequest:
+    return ConsumerGroupHeartbeatRequest(
+        group_id=group,
+        member_id=member,
+        member_epoch=epoch,
+        rebalance_timeout_ms=kw.pop("rebalance_timeout_ms", 30000 if epoch == 0 else -1),
+        subscribed_topic_names=[topic] if epoch == 0 else None,
+        topic_partitions=[] if epoch == 0 else None,
+        **kw,
+    )
+
+
+def test_heartbeat_epochs_and_offset_checks_at_the_wire(kip848_broker):
+    b = kip848_broker.bootstrap
+    topic = topic_name("k848")
+    create_topic(b, topic, partitions=2)
+    group = f"g-{topic}"
+    member = uuid.uuid4().hex
+    with WireClient(b) as w:
+        joined = w.request(join_request(group, member, topic), 1)
+        assert (joined.error_code, joined.member_id, joined.member_epoch) == (0, member, 1)
+        assert joined.heartbeat_interval_ms == HEARTBEAT_MS
+        assert sorted(joined.assignment.topic_partitions[0].partitions) == [0, 1]
+        # v0: the coordinator names a member that joins with an empty id.
+        v0 = w.request(join_request(group, "", topic), 0)
+        assert v0.error_code == 0 and v0.member_id and v0.member_id != member
+        ahead = w.request(join_request(group, member, topic, epoch=5), 1)
+        assert ahead.error_code == E.FENCED_MEMBER_EPOCH
+        unknown = w.request(join_request(group, "nobody", topic, epoch=1), 1)
+        assert unknown.error_code == E.UNKNOWN_MEMBER_ID
+        bad = w.request(join_request(group, member, topic, server_assignor="sticky"), 1)
+        assert bad.error_code == E.UNSUPPORTED_ASSIGNOR and "sticky" in bad.error_message
+        stale = w.request(commit_request(group, topic, [(0, 3)], generation=0, member=member), 9)
+        assert stale.topics[0].partitions[0].error_code == E.STALE_MEMBER_EPOCH
+        ok = w.request(commit_request(group, topic, [(0, 3)], generation=1, member=member), 9)
+        assert ok.topics[0].partitions[0].error_code == 0
+        G = OffsetFetchRequest.OffsetFetchRequestGroup
+        fetch = OffsetFetchRequest(
+            groups=[G(group_id=group, member_id=member, member_epoch=0, topics=None)], require_stable=False
+        )
+        assert w.request(fetch, 9).groups[0].error_code == E.STALE_MEMBER_EPOCH
+        left = w.request(join_request(group, member, topic, epoch=-1), 1)
+        assert (left.error_code, left.member_epoch) == (0, -1)
+
+
+def test_a_classic_group_with_members_keeps_its_protocol(kip848_broker):
+    b = kip848_broker.bootstrap
+    topic = topic_name("k848")
+    create_topic(b, topic, partitions=1)
+    group = f"g-{topic}"
+    classic = Consumer({"bootstrap.servers": b, "group.id": group, "auto.offset.reset": "earliest"})
+    try:
+        classic.subscribe([topic])
+        poll_until(classic, lambda: partitions_of(classic) == {0})
+        with WireClient(b) as w:
+            resp = w.request(join_request(group, uuid.uuid4().hex, topic), 1)
+            assert resp.error_code == E.GROUP_ID_NOT_FOUND
+    finally:
+        classic.close()
+
+
+def test_read_process_write_exactly_once_with_a_consumer_protocol_group(kip848_broker):
+    """sendOffsetsToTransaction with the member's group metadata (member id + epoch, KIP-447's fencing
+    under KIP-848): offsets commit with the transaction, and a departed member's metadata is refused."""
+    b = kip848_broker.bootstrap
+    source, sink = topic_name("k848-in"), topic_name("k848-out")
+    create_topic(b, source, partitions=2)
+    create_topic(b, sink, partitions=1)
+    fill(b, source, 2, 50)
+    group = f"g-{source}"
+    c = consumer(b, group, **{"isolation.level": "read_committed"})
+    producer = Producer({"bootstrap.servers": b, "transactional.id": f"tx-{source}"})
+    producer.init_transactions(30)
+    try:
+        c.subscribe([source])
+        copied = 0
+        deadline = time.monotonic() + 60
+        while copied < 100:
+            assert time.monotonic() < deadline
+            batch = [m for m in c.consume(50, 0.5) if m.error() is None]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for m in batch:
+                producer.produce(sink, m.value())
+            ends = {}
+            for m in batch:
+                ends[m.partition()] = m.offset() + 1
+            offsets = [TopicPartition(source, p, o) for p, o in ends.items()]
+            producer.send_offsets_to_transaction(offsets, c.consumer_group_metadata(), 30)
+            producer.commit_transaction(30)
+            copied += len(batch)
+        committed = c.committed([TopicPartition(source, 0), TopicPartition(source, 1)], timeout=10)
+        assert [tp.offset for tp in committed] == [50, 50]
+        stale = c.consumer_group_metadata()
+    finally:
+        c.close()
+    producer.begin_transaction()
+    with pytest.raises(KafkaException) as info:
+        producer.send_offsets_to_transaction([TopicPartition(source, 0, 1)], stale, 30)
+    assert info.value.args[0].code() == E.UNKNOWN_MEMBER_ID
+    producer.abort_transaction(30)
+
+
+def test_admin_lists_describes_and_deletes_consumer_groups(kip848_broker):
+    b = kip848_broker.bootstrap
+    topic = topic_name("k848")
+    create_topic(b, topic, partitions=1)
+    fill(b, topic, 1, 3)
+    group = f"g-{topic}"
+    admin = AdminClient({"bootstrap.servers": b})
+    c = consumer(b, group)
+    try:
+        c.subscribe([topic])
+        seen: list = []
+        poll_until(c, lambda: len(seen) >= 3, seen=seen)
+        c.commit(asynchronous=False)
+        listed = {g.group_id: g for g in admin.list_consumer_groups().result(30).valid}
+        assert listed[group].type.name == "CONSUMER"
+        assert listed[group].state.name == "STABLE"
+        described = admin.describe_consumer_groups([group])[group].result(30)
+        assert len(described.members) == 1
+        # The assignment in the classic ConsumerProtocol form, as Kafka describes consumer groups.
+        assert [(tp.topic, tp.partition) for tp in described.members[0].assignment.topic_partitions] == [
+            (topic, 0)
+        ]
+        assert described.state.name == "STABLE"
+        busy = admin.delete_consumer_groups([group])[group]
+        with pytest.raises(KafkaException) as info:
+            busy.result(30)
+        assert info.value.args[0].code() == E.NON_EMPTY_GROUP
+    finally:
+        c.close()
+    admin.delete_consumer_groups([group])[group].result(30)
+    assert group not in {g.group_id for g in admin.list_consumer_groups().result(30).valid}
