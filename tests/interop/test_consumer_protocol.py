@@ -273,3 +273,34 @@ def test_admin_lists_describes_and_deletes_consumer_groups(kip848_broker):
         c.close()
     admin.delete_consumer_groups([group])[group].result(30)
     assert group not in {g.group_id for g in admin.list_consumer_groups().result(30).valid}
+
+
+def test_members_rejoin_after_a_broker_restart_and_resume_from_committed_offsets(tmp_path):
+    """Membership is kept in memory: after a restart the member's heartbeat is UNKNOWN_MEMBER_ID, it
+    rejoins with epoch 0, and reading resumes from the committed offsets (a regex subscription)."""
+    proc = BrokerProcess(
+        tmp_path / "data",
+        extra_args=["--dev", "--config", f"group.consumer.heartbeat.interval.ms={HEARTBEAT_MS}"],
+    )
+    proc.start()
+    c = None
+    try:
+        b = proc.bootstrap
+        topic = topic_name("k848r")
+        create_topic(b, topic, partitions=2)
+        fill(b, topic, 2, 5)
+        c = consumer(b, f"g-{topic}")
+        c.subscribe([f"^{topic}$"])
+        seen: list = []
+        poll_until(c, lambda: len(seen) >= 10, seen=seen)
+        c.commit(asynchronous=False)
+        proc.stop()
+        proc.start()
+        fill(b, topic, 2, 5)
+        poll_until(c, lambda: len(seen) >= 20, timeout=60, seen=seen)
+        assert sorted(seen) == sorted((p, o) for p in range(2) for o in range(10))  # nothing twice
+        assert partitions_of(c) == {0, 1}
+    finally:
+        if c is not None:
+            c.close()
+        proc.stop()
