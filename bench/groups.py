@@ -14,6 +14,13 @@ onceflow runs with ``group.initial.rebalance.delay.ms=0`` (what ``onceflow serve
 Kafka default, 3000, would add 3 s to every new group); Tansu with its defaults. Rounds are
 interleaved (onceflow, tansu, onceflow, ...), medians reported; ratios are tansu/onceflow, so above 1
 means onceflow is faster.
+
+``onceflow.consumer_protocol`` runs the same three steps on the same broker with the consumer group
+protocol of KIP-848 (``group.protocol=consumer``; the broker's ``group.consumer.heartbeat.interval.ms``
+set to 1000 like the classic consumers' heartbeat.interval.ms, session timeout the broker's 45 s):
+the coordinator assigns, and members learn of a rebalance at their next heartbeat instead of
+rejoining. Its ratio to the classic protocol on onceflow is reported as ``consumer/classic`` (below 1:
+the consumer protocol is faster).
 """
 
 from __future__ import annotations
@@ -53,17 +60,22 @@ def prepare_topic(bootstrap: str) -> str:
     return topic
 
 
-def new_consumer(bootstrap: str, group: str) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": SESSION_MS,
-            "heartbeat.interval.ms": 1000,
-        }
-    )
+HEARTBEAT_MS = 1000
+CONSUMER_PROTOCOL = "onceflow.consumer_protocol"
+
+
+def new_consumer(bootstrap: str, group: str, protocol: str = "classic") -> Consumer:
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    if protocol == "classic":
+        config.update({"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS})
+    else:  # KIP-848: the broker sets both timings
+        config["group.protocol"] = "consumer"
+    return Consumer(config)
 
 
 def first_record(consumer: Consumer, topic: str, started: float) -> float:
@@ -77,8 +89,8 @@ def first_record(consumer: Consumer, topic: str, started: float) -> float:
     raise TimeoutError(f"no record within {TIMEOUT_S}s")
 
 
-def one_member(bootstrap: str, topic: str) -> float:
-    consumer = new_consumer(bootstrap, f"g1-{uuid.uuid4().hex[:8]}")
+def one_member(bootstrap: str, topic: str, protocol: str) -> float:
+    consumer = new_consumer(bootstrap, f"g1-{uuid.uuid4().hex[:8]}", protocol)
     try:
         return first_record(consumer, topic, time.monotonic())
     finally:
@@ -106,9 +118,9 @@ class Member(threading.Thread):
             self.error = exc
 
 
-def three_members_then_leave(bootstrap: str, topic: str) -> tuple[float, float]:
+def three_members_then_leave(bootstrap: str, topic: str, protocol: str) -> tuple[float, float]:
     group = f"g3-{uuid.uuid4().hex[:8]}"
-    consumers = [new_consumer(bootstrap, group) for _ in range(3)]
+    consumers = [new_consumer(bootstrap, group, protocol) for _ in range(3)]
     started = time.monotonic()
     members = [Member(c, topic, started) for c in consumers]
     for m in members:
@@ -147,10 +159,10 @@ def three_members_then_leave(bootstrap: str, topic: str) -> tuple[float, float]:
             m.consumer.close()
 
 
-def run_round(name: str, broker, samples: dict) -> None:
+def run_round(name: str, broker, samples: dict, protocol: str = "classic") -> None:
     topic = prepare_topic(broker.bootstrap)
-    one = one_member(broker.bootstrap, topic)
-    three, rebalance = three_members_then_leave(broker.bootstrap, topic)
+    one = one_member(broker.bootstrap, topic, protocol)
+    three, rebalance = three_members_then_leave(broker.bootstrap, topic, protocol)
     for metric, value in zip(METRICS, (one, three, rebalance), strict=True):
         samples[name][metric].append(value)
     progress(f"  {name}: 1 member {one:.3f}s, 3 members {three:.3f}s, rebalance after leave {rebalance:.3f}s")
@@ -164,13 +176,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="rounds (each runs every broker once)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (QUICK if args.quick else FULL)["rounds"]
-    brokers, tmp = start_brokers(("--config", "group.initial.rebalance.delay.ms=0"))
+    brokers, tmp = start_brokers(
+        (
+            "--config",
+            "group.initial.rebalance.delay.ms=0",
+            "--config",
+            f"group.consumer.heartbeat.interval.ms={HEARTBEAT_MS}",
+        )
+    )
     try:
-        samples = {name: {m: [] for m in METRICS} for name in brokers}
+        contenders = [(name, broker, "classic") for name, broker in brokers.items()]
+        contenders.insert(1, (CONSUMER_PROTOCOL, brokers["onceflow"], "consumer"))
+        samples = {name: {m: [] for m in METRICS} for name, _, _ in contenders}
         for round_no in range(1, rounds + 1):
             progress(f"round {round_no}/{rounds}")
-            for name, broker in brokers.items():
-                run_round(name, broker, samples)
+            for name, broker, protocol in contenders:
+                run_round(name, broker, samples, protocol)
     finally:
         for broker in brokers.values():
             broker.stop()
@@ -180,9 +201,12 @@ def main(argv: list[str] | None = None) -> int:
         name: {m: round(median(v), 3) for m, v in metrics.items()} for name, metrics in samples.items()
     }
     ratios = {}
-    if "tansu" in results:
-        for m in METRICS:
+    for m in METRICS:
+        if "tansu" in results:
             ratios[f"{m} tansu/onceflow"] = round(results["tansu"][m] / results["onceflow"][m], 2)
+        ratios[f"{m} onceflow consumer/classic"] = round(
+            results[CONSUMER_PROTOCOL][m] / results["onceflow"][m], 2
+        )
     emit(
         {
             "bench": "groups",
@@ -196,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 "client": "confluent-kafka",
                 "session_timeout_ms": SESSION_MS,
                 "onceflow_group_initial_rebalance_delay_ms": 0,
+                "onceflow_group_consumer_heartbeat_interval_ms": HEARTBEAT_MS,
             },
         }
     )
