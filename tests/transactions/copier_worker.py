@@ -68,16 +68,19 @@ def rewind(consumer: Consumer) -> None:
 
 def main(bootstrap: str, source: str, sink: str, group: str, tid: str) -> int:
     debug = {"debug": os.environ["COPIER_DEBUG"]} if os.environ.get("COPIER_DEBUG") else {}
+    if os.environ.get("COPIER_GROUP_PROTOCOL", "classic") == "consumer":
+        group_protocol = {"group.protocol": "consumer"}  # KIP-848: the broker sets the timings
+    else:
+        group_protocol = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
     consumer = Consumer(
         {
             **debug,
+            **group_protocol,
             "bootstrap.servers": bootstrap,
             "group.id": group,
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 1000,
         }
     )
     producer = Producer(

@@ -83,7 +83,7 @@ class Monitor(threading.Thread):
         consumer.close()
 
 
-def _start_copier(bootstrap, source, sink, group, index, log_dir):
+def _start_copier(bootstrap, source, sink, group, index, log_dir, protocol="classic"):
     log = open(log_dir / f"copier-{index}.log", "ab")  # noqa: SIM115 - the child keeps it open
     return subprocess.Popen(
         [
@@ -97,6 +97,7 @@ def _start_copier(bootstrap, source, sink, group, index, log_dir):
             f"copier-{index}",
         ],
         cwd=REPO,
+        env={**os.environ, "COPIER_GROUP_PROTOCOL": protocol},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -109,11 +110,23 @@ def _kill9(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+# The consumer group protocol (KIP-848) with the timings the classic copiers use (6 s session, 1 s
+# heartbeats); its fencing in transactions is the member epoch instead of the generation.
+CONSUMER_PROTOCOL_BROKER_ARGS = (
+    "--config",
+    "group.consumer.session.timeout.ms=6000",
+    "--config",
+    "group.consumer.heartbeat.interval.ms=1000",
+)
+
+
 @pytest.mark.onceflow_only
-def test_copier_workload_with_kill9_and_broker_restarts(tmp_path):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_copier_workload_with_kill9_and_broker_restarts(tmp_path, protocol):
     rng = random.Random(4)
     verbose = ("--verbose",) if os.environ.get("COPIER_DEBUG") else ()
-    broker = BrokerProcess(tmp_path / "data", extra_args=verbose)
+    group_args = CONSUMER_PROTOCOL_BROKER_ARGS if protocol == "consumer" else ()
+    broker = BrokerProcess(tmp_path / "data", extra_args=verbose + group_args)
     broker.start()
     copiers: list[subprocess.Popen] = []
     monitor = None
@@ -125,7 +138,9 @@ def test_copier_workload_with_kill9_and_broker_restarts(tmp_path):
         _seed(b, "input")
         monitor = Monitor(b, "output")
         monitor.start()
-        copiers = [_start_copier(b, "input", "output", "copiers", i, tmp_path) for i in range(COPIERS)]
+        copiers = [
+            _start_copier(b, "input", "output", "copiers", i, tmp_path, protocol) for i in range(COPIERS)
+        ]
         deadline = time.monotonic() + 240
         chaos_until = time.monotonic() + 40
         broker_restarts = copier_kills = copier_exits = 0
@@ -133,7 +148,7 @@ def test_copier_workload_with_kill9_and_broker_restarts(tmp_path):
             time.sleep(rng.uniform(2.0, 5.0))
             for i, proc in enumerate(copiers):  # a copier that died of a fatal error comes back
                 if proc.poll() is not None:
-                    copiers[i] = _start_copier(b, "input", "output", "copiers", i, tmp_path)
+                    copiers[i] = _start_copier(b, "input", "output", "copiers", i, tmp_path, protocol)
                     copier_exits += 1
             if time.monotonic() > chaos_until:
                 continue
@@ -144,7 +159,7 @@ def test_copier_workload_with_kill9_and_broker_restarts(tmp_path):
             else:
                 i = rng.randrange(COPIERS)
                 _kill9(copiers[i])
-                copiers[i] = _start_copier(b, "input", "output", "copiers", i, tmp_path)
+                copiers[i] = _start_copier(b, "input", "output", "copiers", i, tmp_path, protocol)
                 copier_kills += 1
         time.sleep(3)
         print(
