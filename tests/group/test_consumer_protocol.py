@@ -312,3 +312,94 @@ def test_offset_checks_for_consumer_protocol_members():
     assert h.groups.check_offset_fetch(group, "m1", 0) is ErrorCode.STALE_MEMBER_EPOCH
     h.beat("m1", -1)
     assert check(group, "", None, -1, transactional=False) is ErrorCode.NONE  # empty group: admin commits
+
+
+def test_a_new_subscription_revokes_the_old_topic_first():
+    h = Harness(t=1, u=2)
+    h.join("m1")
+    change = h.beat("m1", 1, subscribed_topic_names=("u",))
+    assert change.member_epoch == 1 and change.assignment == {}  # give up t before anything else
+    moved = h.beat("m1", 1, owned={})
+    assert moved.member_epoch == 2 and moved.assignment == {h.id("u"): frozenset({0, 1})}
+
+
+def test_a_deleted_topic_is_taken_away():
+    h = Harness(t=1, u=1)
+    h.join("m1", topics=("t", "u"))
+    del h.topics.counts["u"]
+    result = h.beat("m1", 1)
+    assert result.assignment == {h.id("t"): frozenset({0})}  # revoked: u's partition no longer exists
+    assert h.beat("m1", 1, owned=result.assignment).member_epoch == 2
+
+
+def test_the_members_assignor_decides_the_target():
+    h = Harness(t=4)
+    h.join("b", server_assignor="range")
+    h.join("a", server_assignor="range")
+    assert h.group().target["a"] == {h.id("t"): frozenset({0, 1})}
+    assert h.group().target["b"] == {h.id("t"): frozenset({2, 3})}
+
+
+def coordinator_with_topic():
+    from onceflow.broker.group.config import GroupCoordinatorConfig
+    from onceflow.broker.group.coordinator import GroupCoordinator
+    from onceflow.broker.group.persistence import InMemoryOffsetsTopic
+
+    topics = FakeTopics(t=2)
+    clock = ManualScheduler()
+    coord = GroupCoordinator(
+        GroupCoordinatorConfig(group_initial_rebalance_delay_ms=0),
+        clock,
+        InMemoryOffsetsTopic(num_partitions=3),
+        topic_lookup=topics,
+    )
+    coord.load()
+    return coord, clock
+
+
+def join_request(member: str, group: str = "g") -> HeartbeatRequest:
+    return HeartbeatRequest(
+        group, member, 0, rebalance_timeout_ms=5000, subscribed_topic_names=("t",), owned={}
+    )
+
+
+def test_the_coordinator_keeps_classic_and_consumer_groups_apart():
+    from onceflow.broker.group.coordinator import OffsetCommitEntry
+    from onceflow.broker.group.requests import JoinRequest
+
+    coord, clock = coordinator_with_topic()
+    coord.consumer_group_heartbeat(join_request("m1"))
+    answers = []
+    classic_join = JoinRequest(
+        group_id="g",
+        member_id="",
+        group_instance_id=None,
+        client_id="c",
+        client_host="/127.0.0.1",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        protocol_type="consumer",
+        protocols=[("range", b"")],
+        require_known_member_id=False,
+    )
+    coord.join_group(classic_join, answers.append)
+    assert answers[0].error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    listed = coord.list_groups(types=["consumer"])
+    assert [(g.group_id, g.group_type, g.state) for g in listed] == [("g", "consumer", "Stable")]
+    assert coord.list_groups(types=["classic"]) == []
+    # Offsets: the member commits at its epoch; a stale epoch is refused.
+    offsets = {("t", 0): OffsetCommitEntry(5)}
+    assert coord.commit_offsets("g", "m1", None, 1, offsets)[1] == {("t", 0): ErrorCode.NONE}
+    assert coord.commit_offsets("g", "m1", None, 0, offsets)[0] is ErrorCode.STALE_MEMBER_EPOCH
+    assert coord.check_txn_member("g", "m1", None, 0) is ErrorCode.ILLEGAL_GENERATION
+    assert coord.delete_groups(["g"]) == {"g": ErrorCode.NON_EMPTY_GROUP}
+    coord.consumer_group_heartbeat(HeartbeatRequest("g", "m1", -1))
+    assert coord.delete_groups(["g"]) == {"g": ErrorCode.NONE}
+    assert coord.fetch_offsets("g", None)[1] == []
+    # The id is free again, for either protocol.
+    coord.join_group(classic_join, answers.append)
+    clock.advance(1)  # the new group's (zero) initial rebalance delay
+    assert len(answers) == 2 and answers[-1].error is ErrorCode.NONE
+    with pytest.raises(KafkaError) as info:
+        coord.consumer_group_heartbeat(join_request("m2"))
+    assert info.value.code is ErrorCode.GROUP_ID_NOT_FOUND
