@@ -16,7 +16,7 @@ from tests.helpers.wire import WireClient
 from tests.interop.test_groups_wire import commit_request
 
 from onceflow.protocol.errors import ErrorCode as E
-from onceflow.protocol.messages import ConsumerGroupHeartbeatRequest
+from onceflow.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 
 pytestmark = pytest.mark.interop
 
@@ -195,6 +195,12 @@ def test_a_classic_group_with_members_keeps_its_protocol(kip848_broker):
         with WireClient(b) as w:
             resp = w.request(join_request(group, uuid.uuid4().hex, topic), 1)
             assert resp.error_code == E.GROUP_ID_NOT_FOUND
+            ask = ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False)
+            assert w.request(ask, 0).groups[0].error_code == E.GROUP_ID_NOT_FOUND
+        # Admin clients still describe it, as a classic group.
+        admin = AdminClient({"bootstrap.servers": b})
+        described = admin.describe_consumer_groups([group])[group].result(30)
+        assert (described.type.name, described.state.name) == ("CLASSIC", "STABLE")
     finally:
         classic.close()
 
@@ -258,13 +264,17 @@ def test_admin_lists_describes_and_deletes_consumer_groups(kip848_broker):
         listed = {g.group_id: g for g in admin.list_consumer_groups().result(30).valid}
         assert listed[group].type.name == "CONSUMER"
         assert listed[group].state.name == "STABLE"
+        # librdkafka asks with ConsumerGroupDescribe (API 69) and falls back to DescribeGroups for
+        # classic groups, which ConsumerGroupDescribe answers GROUP_ID_NOT_FOUND.
         described = admin.describe_consumer_groups([group])[group].result(30)
-        assert len(described.members) == 1
-        # The assignment in the classic ConsumerProtocol form, as Kafka describes consumer groups.
-        assert [(tp.topic, tp.partition) for tp in described.members[0].assignment.topic_partitions] == [
-            (topic, 0)
-        ]
-        assert described.state.name == "STABLE"
+        assert (described.type.name, described.state.name, described.partition_assignor) == (
+            "CONSUMER",
+            "STABLE",
+            "uniform",
+        )
+        (member,) = described.members
+        assert [(tp.topic, tp.partition) for tp in member.assignment.topic_partitions] == [(topic, 0)]
+        assert [(tp.topic, tp.partition) for tp in member.target_assignment.topic_partitions] == [(topic, 0)]
         busy = admin.delete_consumer_groups([group])[group]
         with pytest.raises(KafkaException) as info:
             busy.result(30)

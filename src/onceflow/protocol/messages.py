@@ -7,7 +7,12 @@ from kafka.protocol.api_message import ApiMessage
 
 import onceflow.protocol.schemas as _schemas
 
-__all__ = ["ConsumerGroupHeartbeatRequest", "ConsumerGroupHeartbeatResponse"]
+__all__ = [
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResponse",
+]
 
 
 class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=_schemas):
@@ -15,4 +20,12 @@ class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=_schemas):
 
 
 class ConsumerGroupHeartbeatResponse(ApiMessage, load_json=_schemas):
+    pass
+
+
+class ConsumerGroupDescribeRequest(ApiMessage, load_json=_schemas):
+    pass
+
+
+class ConsumerGroupDescribeResponse(ApiMessage, load_json=_schemas):
     pass

@@ -102,6 +102,7 @@ class ConsumerGroup:
     # Who holds each partition (assigned or pending revocation): a partition has one holder at most.
     owners: dict[tuple[uuid.UUID, int], str] = dataclasses.field(default_factory=dict)
     static_members: dict[str, str] = dataclasses.field(default_factory=dict)
+    assignor: str = DEFAULT_ASSIGNOR  # the one that made the target assignment
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -135,6 +136,12 @@ class ConsumerGroup:
 
     def subscribed_topic_names(self) -> set[str]:
         return set(self.topics)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        for name, (known_id, _) in self.topics.items():
+            if known_id == topic_id:
+                return name
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,6 +421,7 @@ class ConsumerGroups:
         chosen = Counter(m.server_assignor for m in group.members.values() if m.server_assignor)
         name = chosen.most_common(1)[0][0] if chosen else DEFAULT_ASSIGNOR
         group.target = dict(ASSIGNORS[name](subscriptions, counts, group.target))
+        group.assignor = name
         group.target_epoch = group.epoch
         log.debug("group %s: target assignment at epoch %d by %s", group.group_id, group.epoch, name)
 

@@ -523,6 +523,15 @@ class GroupCoordinator:
             tuple(members),
         )
 
+    def consumer_group(self, group_id: str) -> ConsumerGroup:
+        """ConsumerGroupDescribe: the live consumer-protocol group (read-only). A classic or unknown
+        group is GROUP_ID_NOT_FOUND, on which clients fall back to DescribeGroups."""
+        self._check_loaded()
+        group = self.consumer_groups.get(group_id)
+        if group is None:
+            raise KafkaError(f"group {group_id} is not a consumer group", E.GROUP_ID_NOT_FOUND)
+        return group
+
     def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[GroupListing]:
         self._check_loaded()
         wanted_states = {s.lower() for s in states}

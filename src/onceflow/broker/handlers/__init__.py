@@ -10,6 +10,7 @@ from onceflow.broker.handlers import (
     add_partitions_to_txn,
     alter_configs,
     api_versions,
+    consumer_group_describe,
     consumer_group_heartbeat,
     create_partitions,
     create_topics,
@@ -71,6 +72,7 @@ HANDLERS = [
     delete_groups,
     offset_delete,
     consumer_group_heartbeat,  # KIP-848
+    consumer_group_describe,
     # idempotent producer (issue 3)
     init_producer_id,
     describe_producers,

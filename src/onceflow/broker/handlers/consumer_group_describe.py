@@ -1,0 +1,93 @@
+"""ConsumerGroupDescribe (69): consumer-protocol groups (KIP-848) with their epochs, assignor, and each
+member's subscription, current and target assignment. A classic or unknown group answers
+GROUP_ID_NOT_FOUND (Kafka's answer; clients then use DescribeGroups). There are no ACLs here, so, as
+in DescribeGroups, authorized operations are always reported as not included."""
+
+from __future__ import annotations
+
+from onceflow.broker.context import RequestContext
+from onceflow.broker.group.assignment import Assignment
+from onceflow.broker.group.consumer_groups import ConsumerGroup
+from onceflow.broker.group.handler_support import no_coordinator
+from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+from onceflow.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
+
+API_KEY = 69
+MIN_VERSION = 0
+MAX_VERSION = 0
+REQUEST = ConsumerGroupDescribeRequest
+
+_Group = ConsumerGroupDescribeResponse.DescribedGroup
+_Member = _Group.Member
+_Assignment = _Member.Assignment
+_TopicPartitions = _Assignment.TopicPartitions
+NOT_INCLUDED = -(2**31)  # Kafka's "authorized operations not included"
+
+
+def _assignment(group: ConsumerGroup, parts: Assignment) -> _Assignment:
+    return _Assignment(
+        topic_partitions=[
+            _TopicPartitions(
+                topic_id=topic_id, topic_name=group.topic_name(topic_id) or "", partitions=sorted(ps)
+            )
+            for topic_id, ps in sorted(parts.items())
+        ]
+    )
+
+
+def _describe(group: ConsumerGroup) -> _Group:
+    members = [
+        _Member(
+            member_id=m.member_id,
+            instance_id=m.instance_id,
+            rack_id=m.rack_id,
+            member_epoch=m.assignment.epoch,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            subscribed_topic_names=list(m.subscribed_topic_names),
+            subscribed_topic_regex=m.subscribed_topic_regex,
+            assignment=_assignment(group, m.assignment.assigned),
+            target_assignment=_assignment(group, group.target.get(m.member_id, {})),
+        )
+        for m in group.members.values()
+    ]
+    return _Group(
+        error_code=0,
+        error_message=None,
+        group_id=group.group_id,
+        group_state=group.state.value,
+        group_epoch=group.epoch,
+        assignment_epoch=group.target_epoch,
+        assignor_name=group.assignor,
+        members=members,
+        authorized_operations=NOT_INCLUDED,
+    )
+
+
+def _failed(group_id: str, code: ErrorCode, message: str | None) -> _Group:
+    return _Group(
+        error_code=int(code),
+        error_message=message,
+        group_id=group_id,
+        group_state="Dead",
+        group_epoch=-1,
+        assignment_epoch=-1,
+        assignor_name="",
+        members=[],
+        authorized_operations=NOT_INCLUDED,
+    )
+
+
+async def handle(ctx: RequestContext, request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
+    groups = []
+    for group_id in request.group_ids or []:
+        if no_coordinator(ctx):
+            groups.append(_failed(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, None))
+            continue
+        try:
+            group = ctx.groups.consumer_group(group_id)
+        except KafkaError as exc:
+            groups.append(_failed(group_id, error_code_for(exc), str(exc)))
+            continue
+        groups.append(_describe(group))
+    return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=groups)
