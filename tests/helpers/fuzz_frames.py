@@ -16,6 +16,8 @@ from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetFetc
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
+from onceflow.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
+
 from .wire import build_batch, encode_request
 
 MUTATIONS = (
@@ -130,6 +132,18 @@ def template_frames(topic: str, anchor_topic: str) -> list[bytes]:
             ),
             1,
         ),
+        (
+            ConsumerGroupHeartbeatRequest(
+                group_id="fuzz-group-848",
+                member_id="fuzz-member",
+                member_epoch=0,
+                rebalance_timeout_ms=30_000,
+                subscribed_topic_names=[topic],
+                topic_partitions=[],
+            ),
+            1,
+        ),
+        (ConsumerGroupDescribeRequest(group_ids=["fuzz-group-848"], include_authorized_operations=False), 0),
     ]
     return [encode_request(req, version, correlation_id=i + 1) for i, (req, version) in enumerate(requests)]
 
