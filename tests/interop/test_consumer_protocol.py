@@ -314,3 +314,44 @@ def test_members_rejoin_after_a_broker_restart_and_resume_from_committed_offsets
         if c is not None:
             c.close()
         proc.stop()
+
+
+def test_a_static_member_gets_its_partitions_back_without_a_rebalance(kip848_broker):
+    """group.instance.id: closing sends epoch -2, the instance's partitions stay reserved (the other
+    member does not get them), and the restarted instance, under a new member id, has them again."""
+    b = kip848_broker.bootstrap
+    topic = topic_name("k848s")
+    create_topic(b, topic, partitions=4)
+    group = f"g-{topic}"
+    admin = AdminClient({"bootstrap.servers": b})
+
+    def static(instance: str) -> Consumer:
+        c = consumer(b, group, **{"group.instance.id": instance})
+        c.subscribe([topic])
+        return c
+
+    def settle(consumers, seconds: float) -> list[set[int]]:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for c in consumers:
+                c.poll(0.05)
+        return [partitions_of(c) for c in consumers]
+
+    first, second = static("i1"), static("i2")
+    try:
+        deadline = time.monotonic() + 30
+        while sorted(map(len, settle([first, second], 0.2))) != [2, 2]:
+            assert time.monotonic() < deadline
+        held_by_first = partitions_of(first)
+        first.close()
+        assert settle([second], 1.0) == [{0, 1, 2, 3} - held_by_first]  # nothing moves to the other
+        first = static("i1")
+        deadline = time.monotonic() + 30
+        while partitions_of(first) != held_by_first:
+            assert time.monotonic() < deadline
+            settle([first, second], 0.2)
+        after = admin.describe_consumer_groups([group])[group].result(30)
+        assert sorted(m.group_instance_id for m in after.members) == ["i1", "i2"]
+    finally:
+        first.close()
+        second.close()

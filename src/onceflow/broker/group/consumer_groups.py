@@ -334,6 +334,7 @@ class ConsumerGroups:
             group.static_members[req.instance_id] = member_id
         if inherited is not None:
             group.set_assignment(member, inherited)
+            log.info("group %s: member %s took over instance %s", group.group_id, member_id, req.instance_id)
             return member, False
         log.info("group %s: member %s joined", group.group_id, member_id)
         return member, True
