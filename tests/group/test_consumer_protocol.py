@@ -340,15 +340,15 @@ def test_the_members_assignor_decides_the_target():
     assert h.group().target["b"] == {h.id("t"): frozenset({2, 3})}
 
 
-def coordinator_with_topic():
+def coordinator_with_topic(**config):
     from onceflow.broker.group.config import GroupCoordinatorConfig
     from onceflow.broker.group.coordinator import GroupCoordinator
     from onceflow.broker.group.persistence import InMemoryOffsetsTopic
 
-    topics = FakeTopics(t=2)
+    topics = FakeTopics(t=2, u=1)
     clock = ManualScheduler()
     coord = GroupCoordinator(
-        GroupCoordinatorConfig(group_initial_rebalance_delay_ms=0),
+        GroupCoordinatorConfig(group_initial_rebalance_delay_ms=0, **config),
         clock,
         InMemoryOffsetsTopic(num_partitions=3),
         topic_lookup=topics,
@@ -403,3 +403,22 @@ def test_the_coordinator_keeps_classic_and_consumer_groups_apart():
     with pytest.raises(KafkaError) as info:
         coord.consumer_group_heartbeat(join_request("m2"))
     assert info.value.code is ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_offsets_of_a_consumer_group_expire_by_commit_time_unless_subscribed():
+    """Kafka's rule for consumer-protocol groups: an offset of a topic no member subscribes to expires
+    offsets.retention after its commit; an empty group with no offsets left is deleted."""
+    from onceflow.broker.group.coordinator import OffsetCommitEntry
+
+    coord, clock = coordinator_with_topic(offsets_retention_minutes=1)
+    coord.consumer_group_heartbeat(join_request("m1"))  # subscribed to t only
+    offsets = {("t", 0): OffsetCommitEntry(5), ("u", 0): OffsetCommitEntry(7)}
+    assert coord.commit_offsets("g", "m1", None, 1, offsets)[0] is ErrorCode.NONE
+    for _ in range(2):  # 61 s, heartbeating within the 45 s session timeout
+        clock.advance(30_500)
+        coord.consumer_group_heartbeat(HeartbeatRequest("g", "m1", 1))
+    assert coord.expire_offsets() == 1  # u's offset: nobody subscribes to u
+    assert [tp for tp, _, _ in coord.fetch_offsets("g", None)[1]] == [("t", 0)]
+    coord.consumer_group_heartbeat(HeartbeatRequest("g", "m1", -1))
+    assert coord.expire_offsets() == 1  # empty now: t's offset is past retention too
+    assert coord.consumer_groups.get("g") is None
