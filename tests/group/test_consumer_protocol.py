@@ -422,3 +422,56 @@ def test_offsets_of_a_consumer_group_expire_by_commit_time_unless_subscribed():
     coord.consumer_group_heartbeat(HeartbeatRequest("g", "m1", -1))
     assert coord.expire_offsets() == 1  # empty now: t's offset is past retention too
     assert coord.consumer_groups.get("g") is None
+
+
+def test_consumer_groups_survive_a_coordinator_restart():
+    """The group's records in __consumer_offsets (Kafka's types 3, 5, 6, 7, 8) bring back epochs,
+    subscriptions, target and current assignments: members carry on without rejoining."""
+    from onceflow.broker.group.config import GroupCoordinatorConfig
+    from onceflow.broker.group.coordinator import GroupCoordinator
+    from onceflow.broker.group.persistence import InMemoryOffsetsTopic
+
+    topics = FakeTopics(t=2)
+    clock = ManualScheduler()
+    log = InMemoryOffsetsTopic(num_partitions=3)
+
+    def start() -> GroupCoordinator:
+        coord = GroupCoordinator(GroupCoordinatorConfig(), clock, log, topic_lookup=topics)
+        coord.load()
+        return coord
+
+    coord = start()
+    coord.consumer_group_heartbeat(join_request("m1"))
+    coord.consumer_group_heartbeat(join_request("m2", group="g"))
+    revoke = coord.consumer_group_heartbeat(HeartbeatRequest("g", "m1", 1))
+    assert revoke.member_epoch == 1  # m1 must give up a partition: it waits in UNREVOKED_PARTITIONS
+    before = coord.consumer_group("g")
+    snapshot = {m.member_id: m.assignment for m in before.members.values()}
+    coord.shutdown()
+
+    coord = start()
+    after = coord.consumer_group("g")
+    assert (after.epoch, after.target_epoch) == (before.epoch, before.target_epoch)
+    assert {m.member_id: m.assignment for m in after.members.values()} == snapshot
+    assert after.target == before.target
+    # m1 finishes its revocation across the restart; m2 then gets the partition.
+    done = coord.consumer_group_heartbeat(HeartbeatRequest("g", "m1", 1, owned=revoke.assignment))
+    assert done.member_epoch == 2
+    gained = coord.consumer_group_heartbeat(HeartbeatRequest("g", "m2", 2))
+    assert a.pairs(gained.assignment) | a.pairs(done.assignment) == {
+        (topics.ids["t"], 0),
+        (topics.ids["t"], 1),
+    }
+    # A member that leaves is tombstoned: it is gone after another restart, and so is a deleted group.
+    coord.consumer_group_heartbeat(HeartbeatRequest("g", "m2", -1))
+    coord.shutdown()
+    coord = start()
+    assert set(coord.consumer_group("g").members) == {"m1"}
+    coord.consumer_group_heartbeat(
+        HeartbeatRequest("g", "m1", coord.consumer_group("g").members["m1"].assignment.epoch)
+    )
+    coord.consumer_group_heartbeat(HeartbeatRequest("g", "m1", -1))
+    assert coord.delete_groups(["g"]) == {"g": ErrorCode.NONE}
+    coord.shutdown()
+    coord = start()
+    assert coord.consumer_groups.get("g") is None

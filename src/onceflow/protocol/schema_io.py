@@ -10,6 +10,7 @@ bytes and arrays followed by tagged fields. Both record formats share this one r
 from __future__ import annotations
 
 import struct
+import uuid
 
 from onceflow.protocol.errors import CorruptMessage
 
@@ -64,6 +65,9 @@ class SchemaReader:
             # Kafka's readUnsignedVarint accepts at most five bytes (a 32-bit value).
             if shift > 28:
                 raise CorruptMessage(f"{self.what} record has an over-long varint")
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=bytes(self._take(16)))
 
     def nullable_string(self) -> str | None:
         length = self.uvarint() - 1 if self.flexible else self.int16()
@@ -127,6 +131,9 @@ class SchemaWriter:
             self.out.append((n & 0x7F) | 0x80)
             n >>= 7
         self.out.append(n)
+
+    def uuid(self, v: uuid.UUID) -> None:
+        self.out += v.bytes
 
     def string(self, v: str | None) -> None:
         if v is None:

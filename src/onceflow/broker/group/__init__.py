@@ -9,5 +9,6 @@ and the consumer group protocol of KIP-848.
 - :mod:`.log_format`, :mod:`.replay`, :mod:`.persistence`: the internal topic's records.
 - :mod:`.scheduler`: injected timers (fake clock in tests, asyncio in the broker).
 - :mod:`.consumer_groups`, :mod:`.reconciliation`, :mod:`.assignment`: KIP-848 groups
-  (ConsumerGroupHeartbeat), how a member moves to its target assignment, and the assignors.
+  (ConsumerGroupHeartbeat), how a member moves to its target assignment, and the assignors;
+  :mod:`.consumer_group_records`: their records in ``__consumer_offsets``.
 """

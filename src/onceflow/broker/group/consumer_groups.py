@@ -8,11 +8,13 @@ grows) bumps the *group epoch*; the next heartbeat recomputes the *target assign
 with the group's assignor, and each member then reconciles towards its target one heartbeat at a time
 (:mod:`reconciliation`), revoking before anyone else is given what it had.
 
-Deliberate difference from Kafka: this state lives in memory only (committed offsets are persisted as
-for classic groups). After a restart a member's heartbeat gets UNKNOWN_MEMBER_ID and it rejoins with
-epoch 0, as after a session timeout; Kafka would have replayed the group from ``__consumer_offsets``.
-For the same reason a heartbeat for a group this broker does not know is UNKNOWN_MEMBER_ID rather than
-Kafka's GROUP_ID_NOT_FOUND, which clients treat as fatal.
+Persistence, as in Kafka: after every change the group's records (:mod:`consumer_group_records`: group
+epoch, target epoch, and per member its subscription, target and current assignment) are compared with
+what was last written, and only the differences (and tombstones for what went) are appended to
+``__consumer_offsets`` through the injected ``persist``; :meth:`ConsumerGroups.restore` rebuilds a group
+from its replayed records, so members keep their epochs and partitions across a broker restart.
+A heartbeat for a group this broker does not know is UNKNOWN_MEMBER_ID rather than Kafka's
+GROUP_ID_NOT_FOUND, which clients treat as fatal (a group deleted under its members, for instance).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ import logging
 import re
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from onceflow.broker.group import assignment as a
+from onceflow.broker.group import consumer_group_records as rec
 from onceflow.broker.group.assignment import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment
 from onceflow.broker.group.reconciliation import MemberAssignment, MemberState, next_assignment
 from onceflow.broker.group.scheduler import Scheduler, TimerHandle
@@ -103,6 +106,8 @@ class ConsumerGroup:
     owners: dict[tuple[uuid.UUID, int], str] = dataclasses.field(default_factory=dict)
     static_members: dict[str, str] = dataclasses.field(default_factory=dict)
     assignor: str = DEFAULT_ASSIGNOR  # the one that made the target assignment
+    # The records last written for this group, by key: what the next write is compared with.
+    persisted: dict[rec.ConsumerGroupKey, bytes] = dataclasses.field(default_factory=dict)
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -169,11 +174,22 @@ class HeartbeatResult:
     assignment: Assignment | None  # None: unchanged since the member's last heartbeat
 
 
+# (group id, [(key, value or None for a tombstone)]) -> appended to __consumer_offsets
+Persist = Callable[[str, list[tuple[bytes, bytes | None]]], None]
+
+
 class ConsumerGroups:
-    def __init__(self, config: ConsumerGroupConfig, scheduler: Scheduler, topics: TopicLookup) -> None:
+    def __init__(
+        self,
+        config: ConsumerGroupConfig,
+        scheduler: Scheduler,
+        topics: TopicLookup,
+        persist: Persist | None = None,
+    ) -> None:
         self.config = config
         self._scheduler = scheduler
         self._topics = topics
+        self._persist_records = persist
         self._groups: dict[str, ConsumerGroup] = {}
 
     # -- registry ------------------------------------------------------------------------------
@@ -188,6 +204,9 @@ class ConsumerGroups:
         group = self._groups.pop(group_id)
         for member in list(group.members.values()):
             group.remove(member)
+        group.epoch = group.target_epoch = 0
+        group.target.clear()
+        self._persist(group, gone=True)
 
     def shutdown(self) -> None:
         for group in self._groups.values():
@@ -232,6 +251,7 @@ class ConsumerGroups:
         if after != before:
             group.set_assignment(member, after)
             self._watch_revocation(group, member, before)
+        self._persist(group)
         full_request = req.member_epoch == 0 or req.owned is not None
         changed = after.assigned != before.assigned or after.epoch != before.epoch
         return HeartbeatResult(
@@ -299,6 +319,7 @@ class ConsumerGroups:
                 group.remove(member)
                 group.epoch += 1
                 log.info("group %s: member %s left", group.group_id, member.member_id)
+            self._persist(group)
         return HeartbeatResult(req.member_id, req.member_epoch, self.config.heartbeat_interval_ms, None)
 
     def _join(self, group: ConsumerGroup, req: HeartbeatRequest) -> tuple[ConsumerMember, bool]:
@@ -395,6 +416,13 @@ class ConsumerGroups:
 
     def _refresh_topics(self, group: ConsumerGroup) -> bool:
         """Whether a subscribed topic appeared, went, or changed its partitions (a new group epoch)."""
+        snapshot = self._topic_snapshot(group)
+        if snapshot == group.topics:
+            return False
+        group.topics = snapshot
+        return True
+
+    def _topic_snapshot(self, group: ConsumerGroup) -> dict[str, tuple[uuid.UUID, int]]:
         uses_regex = any(m.subscribed_topic_regex for m in group.members.values())
         all_names = sorted(self._topics.topic_names()) if uses_regex else None
         wanted: set[str] = set()
@@ -405,10 +433,7 @@ class ConsumerGroups:
             found = self._topics.topic(name)
             if found is not None:
                 snapshot[name] = found
-        if snapshot == group.topics:
-            return False
-        group.topics = snapshot
-        return True
+        return snapshot
 
     def _compute_target(self, group: ConsumerGroup) -> None:
         all_names = sorted(group.topics)
@@ -466,6 +491,105 @@ class ConsumerGroups:
         group.remove(member)
         group.epoch += 1
         log.info("group %s: member %s removed: %s", group_id, member_id, why)
+        self._persist(group)
+
+    # -- persistence -------------------------------------------------------------------------------
+
+    def _records(self, group: ConsumerGroup) -> dict[rec.ConsumerGroupKey, bytes]:
+        """The group's whole state as records, by key."""
+        gid = group.group_id
+        records = {
+            rec.ConsumerGroupKey(rec.GROUP_EPOCH, gid): rec.encode_epoch(group.epoch),
+            rec.ConsumerGroupKey(rec.TARGET_EPOCH, gid): rec.encode_epoch(group.target_epoch),
+        }
+        for m in group.members.values():
+            metadata = rec.MemberMetadata(
+                m.instance_id,
+                m.rack_id,
+                m.client_id,
+                m.client_host,
+                m.subscribed_topic_names,
+                m.subscribed_topic_regex,
+                m.rebalance_timeout_ms,
+                m.server_assignor,
+            )
+            records[rec.ConsumerGroupKey(rec.MEMBER_METADATA, gid, m.member_id)] = rec.encode_member_metadata(
+                metadata
+            )
+            records[rec.ConsumerGroupKey(rec.CURRENT_ASSIGNMENT, gid, m.member_id)] = (
+                rec.encode_current_assignment(m.assignment)
+            )
+        for member_id, target in group.target.items():
+            records[rec.ConsumerGroupKey(rec.TARGET_MEMBER, gid, member_id)] = rec.encode_target_member(
+                target
+            )
+        return records
+
+    def _persist(self, group: ConsumerGroup, *, gone: bool = False) -> None:
+        """Append what changed since the last write (tombstones for what is gone). A failed append is
+        logged and left to the next change, which compares against what was written last."""
+        if self._persist_records is None:
+            return
+        now = {} if gone else self._records(group)
+        changes = [(k, v) for k, v in now.items() if group.persisted.get(k) != v]
+        changes += [(k, None) for k in group.persisted if k not in now]
+        if not changes:
+            return
+        try:
+            self._persist_records(group.group_id, [(rec.encode_key(k), v) for k, v in changes])
+        except Exception:
+            log.exception("group %s: writing its state to __consumer_offsets failed", group.group_id)
+            return
+        group.persisted = now
+
+    def restore(self, group_id: str, records: dict[rec.ConsumerGroupKey, bytes]) -> ConsumerGroup | None:
+        """Rebuild a group from its replayed records (tombstones already applied); members get a
+        fresh session. Returns None when there is no group epoch record."""
+        epoch = records.get(rec.ConsumerGroupKey(rec.GROUP_EPOCH, group_id))
+        if epoch is None:
+            return None
+        target_epoch = records.get(rec.ConsumerGroupKey(rec.TARGET_EPOCH, group_id))
+        group = ConsumerGroup(
+            group_id, rec.decode_epoch(epoch), rec.decode_epoch(target_epoch) if target_epoch else 0
+        )
+        for key, value in records.items():
+            if key.record_type == rec.TARGET_MEMBER:
+                group.target[key.member_id] = rec.decode_target_member(value)
+            elif key.record_type == rec.MEMBER_METADATA:
+                current = records.get(rec.ConsumerGroupKey(rec.CURRENT_ASSIGNMENT, group_id, key.member_id))
+                if current is None:
+                    continue
+                md = rec.decode_member_metadata(value)
+                member = ConsumerMember(
+                    key.member_id,
+                    md.instance_id,
+                    md.client_id,
+                    md.client_host,
+                    md.rack_id,
+                    md.rebalance_timeout_ms,
+                    md.subscribed_topic_names,
+                    md.subscribed_topic_regex,
+                    md.server_assignor,
+                )
+                group.members[member.member_id] = member
+                if member.instance_id is not None:
+                    group.static_members[member.instance_id] = member.member_id
+                group.set_assignment(member, rec.decode_current_assignment(current))
+        group.topics = self._topic_snapshot(group)
+        known_ids = {topic_id for topic_id, _ in group.topics.values()}
+        held = {
+            t
+            for m in group.members.values()
+            for t in (*m.assignment.assigned, *m.assignment.pending_revocation)
+        }
+        if held - known_ids or any(set(t) - known_ids for t in group.target.values()):
+            group.topics = {}  # a topic went while we were down: the first heartbeat reassigns
+        group.persisted = dict(records)
+        self._groups[group_id] = group
+        for member in group.members.values():
+            self._refresh_session(group, member)
+            self._watch_revocation(group, member, MemberAssignment(MemberState.STABLE, 0, 0, a.EMPTY))
+        return group
 
     # -- offsets of consumer-protocol members ----------------------------------------------------
 

@@ -105,7 +105,9 @@ class GroupCoordinator:
         self._offsets = OffsetStore()
         self._membership = Membership(config, scheduler, self._store_group)
         # Groups of the consumer protocol (KIP-848); a group id is in at most one of the two registries.
-        self.consumer_groups = ConsumerGroups(config.consumer, scheduler, topic_lookup or _NoTopics())
+        self.consumer_groups = ConsumerGroups(
+            config.consumer, scheduler, topic_lookup or _NoTopics(), persist=self._append_group_records
+        )
         self._expiry_timer: TimerHandle | None = None
         self.loading = True
 
@@ -116,8 +118,9 @@ class GroupCoordinator:
         COORDINATOR_LOAD_IN_PROGRESS."""
         self.loading = True
         now = self._scheduler.now_ms()
+        consumer_records: dict = {}
         for partition in range(self._topic.num_partitions):
-            groups = replay_partition(self._topic.replay(partition), self._offsets)
+            groups = replay_partition(self._topic.replay(partition), self._offsets, consumer_records)
             for group_id, value in groups.items():
                 if value is None:
                     continue
@@ -125,8 +128,25 @@ class GroupCoordinator:
                 self._groups[group_id] = group
                 for member in group.members.values():
                     self._membership.schedule_loaded_member(group, member)
+        by_group: dict[str, dict] = {}
+        for key, value in consumer_records.items():
+            by_group.setdefault(key.group_id, {})[key] = value
+        for group_id, records in by_group.items():
+            classic = self._groups.get(group_id)
+            if classic is not None and not classic.is_in(S.EMPTY):
+                continue  # the classic group is the live one
+            try:
+                restored = self.consumer_groups.restore(group_id, records)
+            except KafkaError as exc:
+                log.warning(
+                    "group %s: consumer group records unreadable (%s); members will rejoin", group_id, exc
+                )
+                continue
+            if restored is not None:
+                self._groups.pop(group_id, None)
         for group_id in self._offsets.group_ids():
-            self._groups.setdefault(group_id, GroupMetadata(group_id, now))
+            if self.consumer_groups.get(group_id) is None:
+                self._groups.setdefault(group_id, GroupMetadata(group_id, now))
         self.loading = False
         log.info("group coordinator loaded %d groups", len(self._groups))
 
@@ -160,6 +180,9 @@ class GroupCoordinator:
     def _check_loaded(self) -> None:
         if self.loading:
             raise CoordinatorLoadInProgress("the group coordinator is loading __consumer_offsets")
+
+    def _append_group_records(self, group_id: str, records: list[Record]) -> None:
+        self._topic.append(self.partition_for(group_id), records)
 
     def _store_group(self, group: GroupMetadata) -> None:
         record = (

@@ -1,7 +1,8 @@
 """Records of ``__consumer_offsets``, in Kafka's own key and value schemas.
 
 Keys start with an int16 version that says what the record is: 0 or 1 an offset commit
-(``OffsetCommitKey``: group, topic, partition), 2 a group's metadata (``GroupMetadataKey``: group).
+(``OffsetCommitKey``: group, topic, partition), 2 a group's metadata (``GroupMetadataKey``: group),
+3-8 a record of a consumer-protocol group (:mod:`consumer_group_records`).
 We write ``OffsetCommitKey`` v1 / ``OffsetCommitValue`` v3 and ``GroupMetadataKey`` v2 /
 ``GroupMetadataValue`` v3, the versions a Kafka 3.x broker writes, so ``dump-log`` output and
 operators' tools read the same thing they would from Kafka. A deletion is the key with a null value
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from onceflow.broker.group import consumer_group_records as cg
 from onceflow.protocol.errors import CorruptMessage
 from onceflow.protocol.schema_io import SchemaReader, SchemaWriter
 
@@ -137,13 +139,16 @@ def encode_group_value(value: GroupValue) -> bytes:
 # reading
 
 
-def decode_key(raw: bytes) -> OffsetKey | GroupKey:
+def decode_key(raw: bytes) -> OffsetKey | GroupKey | cg.ConsumerGroupKey:
+    """Versions 3-8 are records of consumer-protocol groups (:mod:`consumer_group_records`)."""
     r = SchemaReader(raw, CONSUMER_OFFSETS_TOPIC)
     version = r.int16()
     if version in (0, 1):
         return OffsetKey(r.string(), r.string(), r.int32())
     if version == 2:
         return GroupKey(r.string())
+    if version in cg.RECORD_TYPES:
+        return cg.decode_key(r, version)
     raise CorruptMessage(f"unknown __consumer_offsets key version {version}")
 
 
