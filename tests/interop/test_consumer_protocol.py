@@ -74,16 +74,26 @@ def partitions_of(c: Consumer) -> set[int]:
     return {tp.partition for tp in c.assignment()}
 
 
-def test_one_consumer_gets_every_partition_and_reads_it_all(kip848_broker):
-    b = kip848_broker.bootstrap
+def read_all(bootstrap: str, partitions: int, per_partition: int) -> tuple[str, Consumer, list]:
+    """A new filled topic, and a consumer of the group ``g-<topic>`` that has read all of it:
+    (topic, consumer, [(partition, offset)]). The caller closes the consumer."""
     topic = topic_name("k848")
-    create_topic(b, topic, partitions=3)
-    fill(b, topic, 3, 20)
-    c = consumer(b, f"g-{topic}")
+    create_topic(bootstrap, topic, partitions=partitions)
+    fill(bootstrap, topic, partitions, per_partition)
+    c = consumer(bootstrap, f"g-{topic}")
+    seen: list = []
     try:
         c.subscribe([topic])
-        seen: list = []
-        poll_until(c, lambda: len(seen) >= 60, seen=seen)
+        poll_until(c, lambda: len(seen) >= partitions * per_partition, seen=seen)
+    except BaseException:
+        c.close()
+        raise
+    return topic, c, seen
+
+
+def test_one_consumer_gets_every_partition_and_reads_it_all(kip848_broker):
+    _, c, seen = read_all(kip848_broker.bootstrap, 3, 20)
+    try:
         assert sorted(seen) == sorted((p, o) for p in range(3) for o in range(20))
         assert partitions_of(c) == {0, 1, 2}
     finally:
@@ -119,14 +129,8 @@ def test_two_consumers_share_the_partitions_and_the_survivor_takes_them_back(kip
 
 def test_commits_carry_the_member_epoch(kip848_broker):
     b = kip848_broker.bootstrap
-    topic = topic_name("k848")
-    create_topic(b, topic, partitions=2)
-    fill(b, topic, 2, 5)
-    c = consumer(b, f"g-{topic}")
+    topic, c, _ = read_all(b, 2, 5)
     try:
-        c.subscribe([topic])
-        seen: list = []
-        poll_until(c, lambda: len(seen) >= 10, seen=seen)
         c.commit(asynchronous=False)
         committed = c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
         assert [(tp.partition, tp.offset) for tp in committed] == [(0, 5), (1, 5)]

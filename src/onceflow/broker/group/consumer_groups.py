@@ -204,8 +204,6 @@ class ConsumerGroups:
         group = self._groups.pop(group_id)
         for member in list(group.members.values()):
             group.remove(member)
-        group.epoch = group.target_epoch = 0
-        group.target.clear()
         self._persist(group, gone=True)
 
     def shutdown(self) -> None:
@@ -231,12 +229,14 @@ class ConsumerGroups:
             member, bump = self._join(group, req)
         else:
             member, bump = self._known_member(group, req), False
+        metadata_before = _member_metadata(member)
         bump |= self._update_subscription(member, req)
         bump |= self._refresh_topics(group)
         if bump:  # one new group epoch for whatever this heartbeat changed
             group.epoch += 1
         self._refresh_session(group, member)
-        if group.epoch > group.target_epoch:
+        new_target = group.epoch > group.target_epoch
+        if new_target:
             self._compute_target(group)
         before = member.assignment
         after = next_assignment(
@@ -251,7 +251,10 @@ class ConsumerGroups:
         if after != before:
             group.set_assignment(member, after)
             self._watch_revocation(group, member, before)
-        self._persist(group)
+        # Most heartbeats change nothing: only a change is worth rebuilding the group's records for.
+        joined = req.member_epoch == 0
+        if joined or new_target or after != before or _member_metadata(member) != metadata_before:
+            self._persist(group)
         full_request = req.member_epoch == 0 or req.owned is not None
         changed = after.assigned != before.assigned or after.epoch != before.epoch
         return HeartbeatResult(
@@ -503,18 +506,8 @@ class ConsumerGroups:
             rec.ConsumerGroupKey(rec.TARGET_EPOCH, gid): rec.encode_epoch(group.target_epoch),
         }
         for m in group.members.values():
-            metadata = rec.MemberMetadata(
-                m.instance_id,
-                m.rack_id,
-                m.client_id,
-                m.client_host,
-                m.subscribed_topic_names,
-                m.subscribed_topic_regex,
-                m.rebalance_timeout_ms,
-                m.server_assignor,
-            )
             records[rec.ConsumerGroupKey(rec.MEMBER_METADATA, gid, m.member_id)] = rec.encode_member_metadata(
-                metadata
+                _member_metadata(m)
             )
             records[rec.ConsumerGroupKey(rec.CURRENT_ASSIGNMENT, gid, m.member_id)] = (
                 rec.encode_current_assignment(m.assignment)
@@ -625,3 +618,17 @@ class ConsumerGroups:
         if member_epoch != member.assignment.epoch:
             return E.STALE_MEMBER_EPOCH
         return E.NONE
+
+
+def _member_metadata(m: ConsumerMember) -> rec.MemberMetadata:
+    """What a member's subscription record (type 5) holds."""
+    return rec.MemberMetadata(
+        m.instance_id,
+        m.rack_id,
+        m.client_id,
+        m.client_host,
+        m.subscribed_topic_names,
+        m.subscribed_topic_regex,
+        m.rebalance_timeout_ms,
+        m.server_assignor,
+    )

@@ -695,7 +695,6 @@ def _describe_consumer_group(group: ConsumerGroup) -> GroupDescription:
     """DescribeGroups of a consumer-protocol group, in the classic form Kafka gives it: protocol type
     "consumer", no protocol name, each member's subscription and current assignment encoded as the
     classic ConsumerProtocol bytes, so that tools written for classic groups show them."""
-    names = {topic_id: name for name, (topic_id, _) in group.topics.items()}
     members = []
     for m in group.members.values():
         subscription = ConsumerProtocolSubscription(
@@ -703,9 +702,9 @@ def _describe_consumer_group(group: ConsumerGroup) -> GroupDescription:
         )
         assigned = ConsumerProtocolAssignment(
             assigned_partitions=[
-                ConsumerProtocolAssignment.TopicPartition(topic=names[topic_id], partitions=sorted(parts))
+                ConsumerProtocolAssignment.TopicPartition(topic=name, partitions=sorted(parts))
                 for topic_id, parts in sorted(m.assignment.assigned.items())
-                if topic_id in names
+                if (name := group.topic_name(topic_id)) is not None
             ],
             user_data=None,
         )
