@@ -314,6 +314,28 @@ def test_offset_checks_for_consumer_protocol_members():
     assert check(group, "", None, -1, transactional=False) is ErrorCode.NONE  # empty group: admin commits
 
 
+def test_offset_commit_below_v9_from_a_member_is_unsupported_version():
+    """Kafka's rule: a member of a consumer-protocol group commits with OffsetCommit v9+, the first
+    version with a member epoch. Unknown members are found out first; TxnOffsetCommit has no such
+    rule; a commit naming no member still works on an empty group, at any version."""
+    h = Harness(t=1)
+    h.join("m1")
+    group = h.group()
+    check = h.groups.check_offset_commit
+    assert check(group, "m1", None, 1, transactional=False, api_version=8) is ErrorCode.UNSUPPORTED_VERSION
+    # The version is checked before the epoch: a stale v8 commit is refused for its version too.
+    assert check(group, "m1", None, 0, transactional=False, api_version=2) is ErrorCode.UNSUPPORTED_VERSION
+    assert check(group, "ghost", None, 1, transactional=False, api_version=8) is ErrorCode.UNKNOWN_MEMBER_ID
+    assert check(group, "", None, -1, transactional=False, api_version=8) is ErrorCode.UNKNOWN_MEMBER_ID
+    assert check(group, "m1", None, 1, transactional=False, api_version=9) is ErrorCode.NONE
+    # TxnOffsetCommit: no version rule (v3+ carries the generation, which is the member epoch here).
+    assert check(group, "m1", None, 1, transactional=True, api_version=3) is ErrorCode.NONE
+    # Only generation -1 means "no member" to TxnOffsetCommit; any other names a member (Kafka's test).
+    assert check(group, "", None, -2, transactional=True) is ErrorCode.UNKNOWN_MEMBER_ID
+    h.beat("m1", -1)
+    assert check(group, "", None, -1, transactional=False, api_version=2) is ErrorCode.NONE
+
+
 def test_a_new_subscription_revokes_the_old_topic_first():
     h = Harness(t=1, u=2)
     h.join("m1")
@@ -403,6 +425,24 @@ def test_the_coordinator_keeps_classic_and_consumer_groups_apart():
     with pytest.raises(KafkaError) as info:
         coord.consumer_group_heartbeat(join_request("m2"))
     assert info.value.code is ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_the_coordinator_refuses_a_members_commit_below_v9_and_stores_nothing():
+    from onceflow.broker.group.coordinator import OffsetCommitEntry
+
+    coord, _ = coordinator_with_topic()
+    coord.consumer_group_heartbeat(join_request("m1"))
+    offsets = {("t", 0): OffsetCommitEntry(5)}
+    assert coord.commit_offsets("g", "m1", None, 1, offsets, api_version=8) == (
+        ErrorCode.UNSUPPORTED_VERSION,
+        {},
+    )
+    assert coord.fetch_offsets("g", None)[1] == []
+    assert coord.commit_offsets("g", "m1", None, 1, offsets, api_version=9)[1] == {("t", 0): ErrorCode.NONE}
+    # OffsetFetch below v9 names no member: accepted, as Kafka's validateOffsetFetch has no version rule.
+    error, rows = coord.fetch_offsets("g", [("t", 0)])
+    assert error is ErrorCode.NONE and rows[0][1].offset == 5
+    assert coord.check_txn_member("g", "m1", None, 1) is ErrorCode.NONE
 
 
 def test_offsets_of_a_consumer_group_expire_by_commit_time_unless_subscribed():

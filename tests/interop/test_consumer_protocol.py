@@ -187,6 +187,37 @@ def test_heartbeat_epochs_and_offset_checks_at_the_wire(kip848_broker):
         assert (left.error_code, left.member_epoch) == (0, -1)
 
 
+def test_a_member_must_commit_with_offset_commit_v9_at_the_wire(kip848_broker):
+    """Kafka's rule: OffsetCommit below v9 carries no member epoch, so a consumer-protocol member's
+    commit at v8 is UNSUPPORTED_VERSION in every partition, even at the right epoch; OffsetFetch has
+    no such rule (below v9 it names no member)."""
+    b = kip848_broker.bootstrap
+    topic = topic_name("k848")
+    create_topic(b, topic, partitions=2)
+    group = f"g-{topic}"
+    member = uuid.uuid4().hex
+    with WireClient(b) as w:
+        joined = w.request(join_request(group, member, topic), 1)
+        assert (joined.error_code, joined.member_epoch) == (0, 1)
+        old = w.request(commit_request(group, topic, [(0, 4), (1, 4)], generation=1, member=member), 8)
+        assert [p.error_code for p in old.topics[0].partitions] == [E.UNSUPPORTED_VERSION] * 2
+        # Without a member it is the group's non-emptiness that refuses it, as at v9.
+        simple = w.request(commit_request(group, topic, [(0, 4)]), 8)
+        assert simple.topics[0].partitions[0].error_code == E.UNKNOWN_MEMBER_ID
+        ok = w.request(commit_request(group, topic, [(0, 7)], generation=1, member=member), 9)
+        assert ok.topics[0].partitions[0].error_code == 0
+        T = OffsetFetchRequest.OffsetFetchRequestTopic
+        fetch = OffsetFetchRequest(
+            group_id=group, topics=[T(name=topic, partition_indexes=[0, 1])], require_stable=False
+        )
+        fetched = w.request(fetch, 7)
+        assert fetched.error_code == 0
+        # Partition 1 was only in the refused v8 commit: nothing was stored for it.
+        assert [p.committed_offset for p in fetched.topics[0].partitions] == [7, -1]
+        left = w.request(join_request(group, member, topic, epoch=-1), 1)
+        assert left.error_code == 0
+
+
 def test_a_classic_group_with_members_keeps_its_protocol(kip848_broker):
     b = kip848_broker.bootstrap
     topic = topic_name("k848")

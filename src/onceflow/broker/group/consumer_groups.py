@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 E = ErrorCode
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
+NO_GENERATION = -1  # the generation / member epoch of a commit from outside group management
+# OffsetCommit v9 is the first to carry a member epoch; members of these groups must use it (KIP-848).
+FIRST_MEMBER_EPOCH_COMMIT_VERSION = 9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -594,22 +597,38 @@ class ConsumerGroups:
         member_epoch: int,
         *,
         transactional: bool,
+        api_version: int = FIRST_MEMBER_EPOCH_COMMIT_VERSION,
     ) -> ErrorCode:
-        """Kafka's rule: a commit without an epoch is for an empty group (or, transactional, one that
-        names no member); otherwise the member must exist and be at the epoch it gives. A stale epoch
-        is STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION for TxnOffsetCommit, which has no such code."""
+        """Kafka's rule (``ConsumerGroup.validateOffsetCommit``), in its order:
+
+        - a commit without an epoch (admin tools, consumers without group management) is accepted
+          while the group is empty;
+        - a TxnOffsetCommit that names no member at all (no member id, no instance id, generation -1:
+          its producer gave no group metadata) is accepted;
+        - otherwise the member must exist (UNKNOWN_MEMBER_ID);
+        - an OffsetCommit (not a TxnOffsetCommit) from a member below ``api_version`` 9, which has no
+          member epoch, is UNSUPPORTED_VERSION;
+        - the epoch must be the member's: STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION for
+          TxnOffsetCommit, which has no such code.
+
+        ``api_version`` is the OffsetCommit request's version; TxnOffsetCommit's is not checked."""
         if member_epoch < 0 and not group.members:
             return E.NONE
-        if transactional and member_epoch < 0 and not member_id and instance_id is None:
+        if transactional and member_epoch == NO_GENERATION and not member_id and instance_id is None:
             return E.NONE
         member = group.members.get(member_id)
         if member is None:
             return E.UNKNOWN_MEMBER_ID
+        if not transactional and api_version < FIRST_MEMBER_EPOCH_COMMIT_VERSION:
+            return E.UNSUPPORTED_VERSION
         if member_epoch != member.assignment.epoch:
             return E.ILLEGAL_GENERATION if transactional else E.STALE_MEMBER_EPOCH
         return E.NONE
 
     def check_offset_fetch(self, group: ConsumerGroup, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """Kafka's ``validateOffsetFetch``: a fetch naming no member (null id, epoch < 0) is accepted,
+        which is every OffsetFetch below v9 (it has neither field: no version rule, unlike commits);
+        a named member must exist and be at its epoch (STALE_MEMBER_EPOCH)."""
         if member_id is None and member_epoch < 0:
             return E.NONE
         member = group.members.get(member_id or "")

@@ -16,6 +16,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 from onceflow.broker.group import log_format as fmt
 from onceflow.broker.group.config import GroupCoordinatorConfig
 from onceflow.broker.group.consumer_groups import (
+    FIRST_MEMBER_EPOCH_COMMIT_VERSION,
     ConsumerGroup,
     ConsumerGroups,
     HeartbeatRequest,
@@ -314,10 +315,14 @@ class GroupCoordinator:
         group_instance_id: str | None,
         generation_id: int,
         offsets: dict[TopicPartition, OffsetCommitEntry],
+        *,
+        api_version: int = FIRST_MEMBER_EPOCH_COMMIT_VERSION,
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         """Validate, append to ``__consumer_offsets``, then make visible. Returns (top error, per partition).
 
         A top-level error applies to every partition (the handler copies it into each).
+        ``api_version`` is the OffsetCommit request's: a member of a consumer-protocol group must
+        commit with v9+ (UNSUPPORTED_VERSION below, see :meth:`ConsumerGroups.check_offset_commit`).
         """
         self._check_loaded()
         if not _valid_group_id(group_id, allow_empty=True):
@@ -325,7 +330,12 @@ class GroupCoordinator:
         consumer_group = self.consumer_groups.get(group_id)
         if consumer_group is not None:
             error = self.consumer_groups.check_offset_commit(
-                consumer_group, member_id, group_instance_id, generation_id, transactional=False
+                consumer_group,
+                member_id,
+                group_instance_id,
+                generation_id,
+                transactional=False,
+                api_version=api_version,
             )
             if error is not E.NONE:
                 return error, {}

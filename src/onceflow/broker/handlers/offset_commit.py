@@ -1,5 +1,7 @@
 """OffsetCommit (8): store a group's consumed positions in ``__consumer_offsets``; acknowledged after
-the append. v10 names topics by id only and is not offered."""
+the append. v10 names topics by id only and is not offered. The version goes to the coordinator: a
+member of a consumer-protocol group (KIP-848) must commit with v9, which carries its member epoch, and
+is answered UNSUPPORTED_VERSION below it (Kafka's rule)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
                 request.group_instance_id if v >= 7 else None,
                 request.generation_id_or_member_epoch if v >= 1 else -1,
                 offsets,
+                api_version=v,
             )
         except KafkaError as exc:
             top = error_code_for(exc)
