@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer.group import OffsetFetchRequest
+from kafka.protocol.metadata import ApiVersionsRequest
 from tests.conftest import topic_name
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.wire import WireClient
@@ -216,6 +217,26 @@ def test_a_member_must_commit_with_offset_commit_v9_at_the_wire(kip848_broker):
         assert [p.committed_offset for p in fetched.topics[0].partitions] == [7, -1]
         left = w.request(join_request(group, member, topic, epoch=-1), 1)
         assert left.error_code == 0
+
+
+def test_consumer_group_describe_v1_gives_each_members_type_at_the_wire(kip848_broker):
+    """ConsumerGroupDescribe v1 (KIP-1099) is advertised and answers MemberType 1 (consumer protocol)
+    for every member; a v0 answer has no such field (read as -1, unknown)."""
+    b = kip848_broker.bootstrap
+    topic = topic_name("k848")
+    create_topic(b, topic, partitions=1)
+    group = f"g-{topic}"
+    member = uuid.uuid4().hex
+    with WireClient(b) as w:
+        versions = w.request(ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
+        assert {(k.min_version, k.max_version) for k in versions.api_keys if k.api_key == 69} == {(0, 1)}
+        assert w.request(join_request(group, member, topic), 1).error_code == 0
+        ask = ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False)
+        (described,) = w.request(ask, 1).groups
+        assert described.error_code == 0
+        assert [(m.member_id, m.member_type) for m in described.members] == [(member, 1)]
+        assert [m.member_type for m in w.request(ask, 0).groups[0].members] == [-1]
+        assert w.request(join_request(group, member, topic, epoch=-1), 1).error_code == 0
 
 
 def test_a_classic_group_with_members_keeps_its_protocol(kip848_broker):

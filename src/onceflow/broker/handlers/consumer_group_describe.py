@@ -1,7 +1,10 @@
 """ConsumerGroupDescribe (69): consumer-protocol groups (KIP-848) with their epochs, assignor, and each
 member's subscription, current and target assignment. A classic or unknown group answers
 GROUP_ID_NOT_FOUND (Kafka's answer; clients then use DescribeGroups). There are no ACLs here, so, as
-in DescribeGroups, authorized operations are always reported as not included."""
+in DescribeGroups, authorized operations are always reported as not included.
+
+v1 (KIP-1099) only adds each member's type to the answer (the request is v0's): every member of
+these groups uses the consumer protocol (1); we have no classic members inside them (0)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from onceflow.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGro
 
 API_KEY = 69
 MIN_VERSION = 0
-MAX_VERSION = 0
+MAX_VERSION = 1
 REQUEST = ConsumerGroupDescribeRequest
 
 _Group = ConsumerGroupDescribeResponse.DescribedGroup
@@ -22,6 +25,7 @@ _Member = _Group.Member
 _Assignment = _Member.Assignment
 _TopicPartitions = _Assignment.TopicPartitions
 NOT_INCLUDED = -(2**31)  # Kafka's "authorized operations not included"
+CONSUMER_MEMBER = 1  # MemberType (v1): -1 unknown, 0 classic, 1 consumer
 
 
 def _assignment(group: ConsumerGroup, parts: Assignment) -> _Assignment:
@@ -48,6 +52,7 @@ def _describe(group: ConsumerGroup) -> _Group:
             subscribed_topic_regex=m.subscribed_topic_regex,
             assignment=_assignment(group, m.assignment.assigned),
             target_assignment=_assignment(group, group.target.get(m.member_id, {})),
+            member_type=CONSUMER_MEMBER,
         )
         for m in group.members.values()
     ]
