@@ -1,6 +1,7 @@
-"""The async driver of group membership: finds the coordinator, runs JoinGroup/SyncGroup through the
-sans-IO :class:`~onceflow.client.consumer.group.GroupMembership`, heartbeats in the background, and
-commits and fetches offsets.
+"""The async drivers of group membership. :class:`GroupCoordinatorBase` finds the coordinator and
+commits and fetches offsets under the member's identity; :class:`GroupCoordinator` runs the classic
+protocol's JoinGroup/SyncGroup through the sans-IO :class:`~onceflow.client.consumer.group.GroupMembership`
+and heartbeats in the background (the consumer protocol's driver is in :mod:`.consumer_protocol`).
 
 Rebalances happen inside the consumer's ``poll`` (as in Kafka's consumers), so rebalance callbacks run
 where the user processes records; the heartbeat task only notices that a rejoin is needed.
@@ -30,6 +31,18 @@ log = logging.getLogger(__name__)
 _OFFSET_COMMIT_MAX_VERSION = 9  # v10 names topics by id
 _OFFSET_FETCH_MAX_VERSION = 7  # v8+ batches groups; v7 has require_stable (KIP-447)
 _GROUP_KEY_TYPE = 0
+_STALE_EPOCH_RETRIES = 3
+# The membership moved on: the partitions may be another member's now.
+_COMMIT_FENCED_ERRORS = frozenset(
+    {
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.ILLEGAL_GENERATION,
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        ErrorCode.FENCED_INSTANCE_ID,
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        ErrorCode.STALE_MEMBER_EPOCH,
+    }
+)
 
 
 class CommitFailed(KafkaError):
@@ -84,31 +97,18 @@ async def find_coordinator(
     return node, host, port
 
 
-class GroupCoordinator:
-    def __init__(
-        self,
-        config: ConsumerConfig,
-        client: AsyncClient,
-        membership: GroupMembership,
-        *,
-        topics: Callable[[], list[str]],
-        on_assign: Callable[[list[TopicPartition]], Awaitable[None]],
-        on_revoke: Callable[[list[TopicPartition]], Awaitable[None]],
-        on_lost: Callable[[list[TopicPartition]], Awaitable[None]],
-    ) -> None:
+class GroupCoordinatorBase:
+    """What both group protocols share: the connection to the group's coordinator, and committing and
+    fetching offsets under the member's identity. Subclasses run the membership itself."""
+
+    def __init__(self, config: ConsumerConfig, client: AsyncClient, membership: Any) -> None:
         self.config = config
         self.client = client
         self.membership = membership
-        self._topics = topics
-        self._on_assign = on_assign
-        self._on_revoke = on_revoke
-        self._on_lost = on_lost
         self._conn: Connection | None = None
-        self._heartbeat_task: asyncio.Task | None = None
-        self.rejoin_event = asyncio.Event()  # set when poll() must run a rebalance
+        self.rejoin_event = asyncio.Event()  # set when poll() has group work to do
         self.last_poll = time.monotonic()
         self._closed = False
-        self._fatal: KafkaError | None = None
 
     @property
     def group_id(self) -> str:
@@ -150,6 +150,157 @@ class GroupCoordinator:
         except BrokerConnectionError:
             self.coordinator_dead()
             raise
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    async def commit(self, offsets: dict[TopicPartition, tuple[int, str | None]]) -> None:
+        """Commit ``{tp: (offset, metadata)}`` under the member's identity; raises :class:`CommitFailed`
+        when the group has moved on, or the broker's error."""
+        if not offsets:
+            return
+        by_topic: dict[str, list] = {}
+        for tp, (offset, metadata) in offsets.items():
+            by_topic.setdefault(tp.topic, []).append(
+                OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                    partition_index=tp.partition, committed_offset=offset, committed_metadata=metadata or ""
+                )
+            )
+        topics = [
+            OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()
+        ]
+        for attempt in range(_STALE_EPOCH_RETRIES + 1):
+            generation, member_id, instance_id = self._commit_identity()
+            request = OffsetCommitRequest(
+                group_id=self.group_id,
+                generation_id_or_member_epoch=generation,
+                member_id=member_id,
+                group_instance_id=instance_id,
+                topics=topics,
+            )
+            response = await self._send(request, _OFFSET_COMMIT_MAX_VERSION)
+            failed = [
+                (topic.name, p.partition_index, ErrorCode(p.error_code))
+                for topic in response.topics
+                for p in topic.partitions
+                if p.error_code != ErrorCode.NONE
+            ]
+            if not failed:
+                return
+            stale = all(code == ErrorCode.STALE_MEMBER_EPOCH for _t, _p, code in failed)
+            # KIP-848: the coordinator bumped our epoch and its answer has not reached us yet.
+            if not (stale and attempt < _STALE_EPOCH_RETRIES and await self._refresh_member_epoch()):
+                break
+        topic, partition, code = failed[0]
+        if code in _COMMIT_FENCED_ERRORS:
+            self._commit_fenced()
+            raise CommitFailed(
+                f"commit to group {self.group_id!r} failed ({code.name}): the group rebalanced and "
+                f"{topic}-{partition} may be another member's now; poll again and "
+                "reprocess from the committed offset",
+                code,
+            )
+        if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+            self.coordinator_dead()
+        raise KafkaError(
+            f"commit of {topic}-{partition} to group {self.group_id!r} failed: {code.name}", code
+        )
+
+    async def fetch_committed(
+        self, partitions: list[TopicPartition], *, require_stable: bool = True
+    ) -> dict[TopicPartition, tuple[int, str | None] | None]:
+        """Committed ``(offset, metadata)`` per partition, None where nothing is committed.
+
+        ``require_stable`` (KIP-447) makes the broker answer UNSTABLE_OFFSET_COMMIT while a
+        transaction's offsets for the partition are pending; we retry until they settle."""
+        if not partitions:
+            return {}
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        request = OffsetFetchRequest(
+            group_id=self.group_id,
+            topics=[
+                OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                for t, ps in by_topic.items()
+            ],
+            require_stable=require_stable,
+        )
+        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
+        while True:
+            response = await self._send(request, _OFFSET_FETCH_MAX_VERSION)
+            retry = ErrorCode(getattr(response, "error_code", 0) or 0)
+            result: dict[TopicPartition, tuple[int, str | None] | None] = {}
+            for topic in response.topics:
+                for p in topic.partitions:
+                    code = ErrorCode(p.error_code)
+                    if code != ErrorCode.NONE:
+                        retry = code
+                        continue
+                    tp = TopicPartition(topic.name, p.partition_index)
+                    result[tp] = (p.committed_offset, p.metadata) if p.committed_offset >= 0 else None
+            if retry == ErrorCode.NONE:
+                return result
+            if not retry.retriable or time.monotonic() > deadline:
+                raise KafkaError(
+                    f"fetching committed offsets of group {self.group_id!r}: {retry.name}", retry
+                )
+            if retry in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                self.coordinator_dead()
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+
+    # -- what the protocols do differently ---------------------------------------------------------
+
+    def _commit_identity(self) -> tuple[int, str, str | None]:
+        """(generation or member epoch, member id, group instance id) for OffsetCommit."""
+        raise NotImplementedError
+
+    def _commit_fenced(self) -> None:
+        """A commit was refused because the membership moved on: arrange for the next poll to act."""
+        self.rejoin_event.set()
+
+    async def _refresh_member_epoch(self) -> bool:
+        """STALE_MEMBER_EPOCH answered a commit: learn the current epoch; True if worth retrying."""
+        return False
+
+    async def ensure_active(self) -> None:
+        raise NotImplementedError
+
+    async def close(self, *, leave: bool = True) -> None:
+        raise NotImplementedError
+
+
+class GroupCoordinator(GroupCoordinatorBase):
+    """The classic protocol: JoinGroup/SyncGroup through :class:`GroupMembership` (the leader
+    assigns), heartbeats in the background, LeaveGroup."""
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        client: AsyncClient,
+        membership: GroupMembership,
+        *,
+        topics: Callable[[], list[str]],
+        on_assign: Callable[[list[TopicPartition]], Awaitable[None]],
+        on_revoke: Callable[[list[TopicPartition]], Awaitable[None]],
+        on_lost: Callable[[list[TopicPartition]], Awaitable[None]],
+    ) -> None:
+        super().__init__(config, client, membership)
+        self._topics = topics
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        self._on_lost = on_lost
+        self._heartbeat_task: asyncio.Task | None = None
+        self._fatal: KafkaError | None = None
+
+    def _commit_identity(self) -> tuple[int, str, str | None]:
+        m = self.membership
+        if m.state != MemberState.STABLE:
+            return -1, "", None
+        return m.generation_id, m.member_id, m.group_instance_id
+
+    def _commit_fenced(self) -> None:
+        self.membership.rejoin_needed = True
+        super()._commit_fenced()
 
     # -- joining ---------------------------------------------------------------------------------
 
@@ -274,102 +425,6 @@ class GroupCoordinator:
                 self.rejoin_event.set()
             elif action in (Action.REJOIN, Action.LOST):
                 self.rejoin_event.set()
-
-    # -- offsets ---------------------------------------------------------------------------------
-
-    async def commit(self, offsets: dict[TopicPartition, tuple[int, str | None]]) -> None:
-        """Commit ``{tp: (offset, metadata)}`` for this generation; raises :class:`CommitFailed` when
-        the group has moved on, or the broker's error."""
-        if not offsets:
-            return
-        m = self.membership
-        by_topic: dict[str, list] = {}
-        for tp, (offset, metadata) in offsets.items():
-            by_topic.setdefault(tp.topic, []).append(
-                OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
-                    partition_index=tp.partition, committed_offset=offset, committed_metadata=metadata or ""
-                )
-            )
-        generation = m.generation_id if m.state == MemberState.STABLE else -1
-        request = OffsetCommitRequest(
-            group_id=self.group_id,
-            generation_id_or_member_epoch=generation,
-            member_id=m.member_id if generation >= 0 else "",
-            group_instance_id=m.group_instance_id if generation >= 0 else None,
-            topics=[
-                OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
-                for t, ps in by_topic.items()
-            ],
-        )
-        response = await self._send(request, _OFFSET_COMMIT_MAX_VERSION)
-        for topic in response.topics:
-            for p in topic.partitions:
-                code = ErrorCode(p.error_code)
-                if code == ErrorCode.NONE:
-                    continue
-                if code in (
-                    ErrorCode.REBALANCE_IN_PROGRESS,
-                    ErrorCode.ILLEGAL_GENERATION,
-                    ErrorCode.UNKNOWN_MEMBER_ID,
-                    ErrorCode.FENCED_INSTANCE_ID,
-                ):
-                    m.rejoin_needed = True
-                    self.rejoin_event.set()
-                    raise CommitFailed(
-                        f"commit to group {self.group_id!r} failed ({code.name}): the group rebalanced and "
-                        f"{topic.name}-{p.partition_index} may be another member's now; poll again and "
-                        "reprocess from the committed offset",
-                        code,
-                    )
-                if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
-                    self.coordinator_dead()
-                raise KafkaError(
-                    f"commit of {topic.name}-{p.partition_index} to group {self.group_id!r} failed: {code.name}",
-                    code,
-                )
-
-    async def fetch_committed(
-        self, partitions: list[TopicPartition], *, require_stable: bool = True
-    ) -> dict[TopicPartition, tuple[int, str | None] | None]:
-        """Committed ``(offset, metadata)`` per partition, None where nothing is committed.
-
-        ``require_stable`` (KIP-447) makes the broker answer UNSTABLE_OFFSET_COMMIT while a
-        transaction's offsets for the partition are pending; we retry until they settle."""
-        if not partitions:
-            return {}
-        by_topic: dict[str, list[int]] = {}
-        for tp in partitions:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        request = OffsetFetchRequest(
-            group_id=self.group_id,
-            topics=[
-                OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
-                for t, ps in by_topic.items()
-            ],
-            require_stable=require_stable,
-        )
-        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
-        while True:
-            response = await self._send(request, _OFFSET_FETCH_MAX_VERSION)
-            retry = ErrorCode(getattr(response, "error_code", 0) or 0)
-            result: dict[TopicPartition, tuple[int, str | None] | None] = {}
-            for topic in response.topics:
-                for p in topic.partitions:
-                    code = ErrorCode(p.error_code)
-                    if code != ErrorCode.NONE:
-                        retry = code
-                        continue
-                    tp = TopicPartition(topic.name, p.partition_index)
-                    result[tp] = (p.committed_offset, p.metadata) if p.committed_offset >= 0 else None
-            if retry == ErrorCode.NONE:
-                return result
-            if not retry.retriable or time.monotonic() > deadline:
-                raise KafkaError(
-                    f"fetching committed offsets of group {self.group_id!r}: {retry.name}", retry
-                )
-            if retry in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
-                self.coordinator_dead()
-            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
 
     # -- leaving ---------------------------------------------------------------------------------
 

@@ -141,6 +141,11 @@ class GroupMembership:
             ) from None
 
     @property
+    def active(self) -> bool:
+        """In a generation with an assignment: commits carry the member's identity."""
+        return self.state == MemberState.STABLE
+
+    @property
     def protocol_is_eager(self) -> bool:
         """Eager unless every assignor we offer is cooperative (Kafka's rule for mixed lists)."""
         return any(a.rebalance_protocol == EAGER for a in self.assignors)
