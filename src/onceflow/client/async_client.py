@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from dataclasses import dataclass, field
 
 from kafka.protocol.admin import CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest
@@ -54,6 +55,7 @@ class TopicInfo:
     partitions: dict[int, PartitionInfo]
     internal: bool = False
     error: ErrorCode = ErrorCode.NONE
+    topic_id: uuid.UUID | None = None  # Metadata v10+; None when the broker gave none
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,14 @@ def finalized_feature_level(connections, name: str) -> int:
     if newest is None:
         return 0
     return newest.finalized_features.get(name, 0)
+
+
+_NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+def _topic_id(value: uuid.UUID | None) -> uuid.UUID | None:
+    """Metadata's topic id, or None for a broker that sends none (the all-zero id)."""
+    return None if value is None or value == _NO_TOPIC_ID else value
 
 
 def _raise_for(code: int, what: str, message: str | None = None) -> None:
@@ -180,6 +190,7 @@ class AsyncClient:
                     name=t.name,
                     internal=bool(t.is_internal),
                     error=ErrorCode(t.error_code),
+                    topic_id=_topic_id(getattr(t, "topic_id", None)),
                     partitions={
                         p.partition_index: PartitionInfo(
                             p.partition_index,

@@ -16,6 +16,9 @@ READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
 OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
 KNOWN_ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
+CLASSIC = "classic"
+CONSUMER = "consumer"
+GROUP_PROTOCOLS = (CLASSIC, CONSUMER)
 
 
 @dataclass(slots=True)
@@ -24,6 +27,12 @@ class ConsumerConfig:
     client_id: str = "onceflow-consumer"
     group_id: str | None = None
     group_instance_id: str | None = None
+    # "consumer": KIP-848's protocol, where the coordinator assigns partitions (then
+    # partition.assignment.strategy and session.timeout.ms are the broker's business and not used here).
+    group_protocol: str = CLASSIC
+    group_remote_assignor: str | None = (
+        None  # the coordinator's assignor ("uniform", "range"); None: its default
+    )
     auto_offset_reset: str = "latest"
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = 5000
@@ -83,6 +92,10 @@ class ConsumerConfig:
             raise InvalidConfig(
                 f"auto.offset.reset={self.auto_offset_reset!r}: use one of {', '.join(OFFSET_RESET_POLICIES)}"
             )
+        if self.group_protocol not in GROUP_PROTOCOLS:
+            raise InvalidConfig(f"group.protocol={self.group_protocol!r}: use {CLASSIC!r} or {CONSUMER!r}")
+        if self.group_remote_assignor is not None and self.group_protocol != CONSUMER:
+            raise InvalidConfig("group.remote.assignor needs group.protocol=consumer")
         if not self.partition_assignment_strategy:
             raise InvalidConfig("partition.assignment.strategy must name at least one assignor")
         for name in (

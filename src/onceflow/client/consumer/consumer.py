@@ -19,10 +19,12 @@ from typing import Any
 
 from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AsyncClient
 from onceflow.client.consumer.assignors import assignors_for
-from onceflow.client.consumer.config import ConsumerConfig
-from onceflow.client.consumer.coordinator import CommitFailed, GroupCoordinator
+from onceflow.client.consumer.config import CONSUMER, ConsumerConfig
+from onceflow.client.consumer.consumer_membership import ConsumerMembership
+from onceflow.client.consumer.consumer_protocol import ConsumerGroupCoordinator
+from onceflow.client.consumer.coordinator import CommitFailed, GroupCoordinator, GroupCoordinatorBase
 from onceflow.client.consumer.fetcher import Fetcher
-from onceflow.client.consumer.group import GroupMembership, MemberState
+from onceflow.client.consumer.group import GroupMembership
 from onceflow.client.consumer.structs import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -87,9 +89,16 @@ class AsyncConsumer:
         self._subscriptions = SubscriptionState(self.config.auto_offset_reset)
         self._listeners = (on_assign, on_revoke, on_lost)
         self._fetcher: Fetcher | None = None
-        self._coordinator: GroupCoordinator | None = None
-        self._membership: GroupMembership | None = None
-        if self.config.group_id is not None:
+        self._coordinator: GroupCoordinatorBase | None = None
+        self._membership: GroupMembership | ConsumerMembership | None = None
+        if self.config.group_id is not None and self.config.group_protocol == CONSUMER:
+            self._membership = ConsumerMembership(
+                self.config.group_id,
+                group_instance_id=self.config.group_instance_id,
+                rebalance_timeout_ms=self.config.effective_rebalance_timeout_ms,
+                server_assignor=self.config.group_remote_assignor,
+            )
+        elif self.config.group_id is not None:
             self._membership = GroupMembership(
                 self.config.group_id,
                 assignors_for(self.config.partition_assignment_strategy),
@@ -114,7 +123,12 @@ class AsyncConsumer:
         await self._client.any_connection()
         self._fetcher = Fetcher(self.config, self._client, self._subscriptions)
         if self._membership is not None:
-            self._coordinator = GroupCoordinator(
+            driver = (
+                ConsumerGroupCoordinator
+                if isinstance(self._membership, ConsumerMembership)
+                else GroupCoordinator
+            )
+            self._coordinator = driver(
                 self.config,
                 self._client,
                 self._membership,
@@ -141,7 +155,7 @@ class AsyncConsumer:
         try:
             if self._coordinator is not None:
                 m = self._membership
-                if m is not None and m.state == MemberState.STABLE and m.owned:
+                if m is not None and m.active and m.owned:
                     if autocommit and self.config.enable_auto_commit:
                         await self._commit_quietly()
                     await _call(self._listeners[1], list(m.owned))
@@ -411,7 +425,7 @@ class AsyncConsumer:
 
     # -- commits ---------------------------------------------------------------------------------
 
-    def _require_group(self) -> GroupCoordinator:
+    def _require_group(self) -> GroupCoordinatorBase:
         if self.config.group_id is None:
             raise KafkaError("committing and reading committed offsets need group_id")
         if self._coordinator is None:

