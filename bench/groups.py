@@ -21,6 +21,10 @@ set to 1000 like the classic consumers' heartbeat.interval.ms, session timeout t
 the coordinator assigns, and members learn of a rebalance at their next heartbeat instead of
 rejoining. Its ratio to the classic protocol on onceflow is reported as ``consumer/classic`` (below 1:
 the consumer protocol is faster).
+
+``client.classic`` and ``client.consumer_protocol`` run the same steps on onceflow with our own
+blocking ``onceflow.client.Consumer`` instead of confluent-kafka's (same timings), so our client's
+consumer protocol is compared with its classic protocol and with librdkafka's consumer protocol.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import emit, kill_all, median, progress, start_brokers  # noqa: E402
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from onceflow.client import Consumer as OnceflowConsumer  # noqa: E402
 
 FULL = {"rounds": 5}
 QUICK = {"rounds": 3}
@@ -62,9 +68,46 @@ def prepare_topic(bootstrap: str) -> str:
 
 HEARTBEAT_MS = 1000
 CONSUMER_PROTOCOL = "onceflow.consumer_protocol"
+OUR_CLASSIC = "client.classic"
+OUR_CONSUMER_PROTOCOL = "client.consumer_protocol"
 
 
-def new_consumer(bootstrap: str, group: str, protocol: str = "classic") -> Consumer:
+class _Record:
+    def error(self) -> None:
+        return None
+
+
+class OurConsumer:
+    """Our blocking Consumer behind the four confluent-kafka methods the steps use."""
+
+    def __init__(self, bootstrap: str, group: str, protocol: str) -> None:
+        config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "group.protocol": protocol,
+        }
+        if protocol == "classic":
+            config.update({"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS})
+        self._consumer = OnceflowConsumer(config=config)
+
+    def subscribe(self, topics: list[str]) -> None:
+        self._consumer.subscribe(topics)
+
+    def poll(self, timeout_s: float) -> _Record | None:
+        return _Record() if self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=1) else None
+
+    def assignment(self):
+        return self._consumer.assignment()  # TopicPartition tuples, with .partition
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def new_consumer(bootstrap: str, group: str, protocol: str = "classic", ours: bool = False):
+    if ours:
+        return OurConsumer(bootstrap, group, protocol)
     config = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
@@ -89,8 +132,8 @@ def first_record(consumer: Consumer, topic: str, started: float) -> float:
     raise TimeoutError(f"no record within {TIMEOUT_S}s")
 
 
-def one_member(bootstrap: str, topic: str, protocol: str) -> float:
-    consumer = new_consumer(bootstrap, f"g1-{uuid.uuid4().hex[:8]}", protocol)
+def one_member(bootstrap: str, topic: str, protocol: str, ours: bool) -> float:
+    consumer = new_consumer(bootstrap, f"g1-{uuid.uuid4().hex[:8]}", protocol, ours)
     try:
         return first_record(consumer, topic, time.monotonic())
     finally:
@@ -118,9 +161,9 @@ class Member(threading.Thread):
             self.error = exc
 
 
-def three_members_then_leave(bootstrap: str, topic: str, protocol: str) -> tuple[float, float]:
+def three_members_then_leave(bootstrap: str, topic: str, protocol: str, ours: bool) -> tuple[float, float]:
     group = f"g3-{uuid.uuid4().hex[:8]}"
-    consumers = [new_consumer(bootstrap, group, protocol) for _ in range(3)]
+    consumers = [new_consumer(bootstrap, group, protocol, ours) for _ in range(3)]
     started = time.monotonic()
     members = [Member(c, topic, started) for c in consumers]
     for m in members:
@@ -159,10 +202,10 @@ def three_members_then_leave(bootstrap: str, topic: str, protocol: str) -> tuple
             m.consumer.close()
 
 
-def run_round(name: str, broker, samples: dict, protocol: str = "classic") -> None:
+def run_round(name: str, broker, samples: dict, protocol: str = "classic", ours: bool = False) -> None:
     topic = prepare_topic(broker.bootstrap)
-    one = one_member(broker.bootstrap, topic, protocol)
-    three, rebalance = three_members_then_leave(broker.bootstrap, topic, protocol)
+    one = one_member(broker.bootstrap, topic, protocol, ours)
+    three, rebalance = three_members_then_leave(broker.bootstrap, topic, protocol, ours)
     for metric, value in zip(METRICS, (one, three, rebalance), strict=True):
         samples[name][metric].append(value)
     progress(f"  {name}: 1 member {one:.3f}s, 3 members {three:.3f}s, rebalance after leave {rebalance:.3f}s")
@@ -185,13 +228,17 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     try:
-        contenders = [(name, broker, "classic") for name, broker in brokers.items()]
-        contenders.insert(1, (CONSUMER_PROTOCOL, brokers["onceflow"], "consumer"))
-        samples = {name: {m: [] for m in METRICS} for name, _, _ in contenders}
+        contenders = [(name, broker, "classic", False) for name, broker in brokers.items()]
+        contenders[1:1] = [
+            (CONSUMER_PROTOCOL, brokers["onceflow"], "consumer", False),
+            (OUR_CLASSIC, brokers["onceflow"], "classic", True),
+            (OUR_CONSUMER_PROTOCOL, brokers["onceflow"], "consumer", True),
+        ]
+        samples = {name: {m: [] for m in METRICS} for name, *_ in contenders}
         for round_no in range(1, rounds + 1):
             progress(f"round {round_no}/{rounds}")
-            for name, broker, protocol in contenders:
-                run_round(name, broker, samples, protocol)
+            for name, broker, protocol, ours in contenders:
+                run_round(name, broker, samples, protocol, ours)
     finally:
         for broker in brokers.values():
             broker.stop()
@@ -207,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
         ratios[f"{m} onceflow consumer/classic"] = round(
             results[CONSUMER_PROTOCOL][m] / results["onceflow"][m], 2
         )
+        ratios[f"{m} our client consumer/classic"] = round(
+            results[OUR_CONSUMER_PROTOCOL][m] / results[OUR_CLASSIC][m], 2
+        )
+        ratios[f"{m} consumer protocol our client/librdkafka"] = round(
+            results[OUR_CONSUMER_PROTOCOL][m] / results[CONSUMER_PROTOCOL][m], 2
+        )
     emit(
         {
             "bench": "groups",
@@ -217,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rounds": rounds,
                 "quick": args.quick,
                 "partitions": PARTITIONS,
-                "client": "confluent-kafka",
+                "client": "confluent-kafka; client.* contenders: onceflow.client.Consumer",
                 "session_timeout_ms": SESSION_MS,
                 "onceflow_group_initial_rebalance_delay_ms": 0,
                 "onceflow_group_consumer_heartbeat_interval_ms": HEARTBEAT_MS,
