@@ -14,7 +14,7 @@ from onceflow.client.consumer.consumer_membership import (
 )
 from onceflow.client.consumer.group import Action
 from onceflow.client.consumer.structs import TopicPartition as TP
-from onceflow.protocol.errors import ErrorCode
+from onceflow.protocol.errors import ErrorCode, KafkaError
 from onceflow.protocol.messages import ConsumerGroupHeartbeatResponse as Response
 
 ORDERS = uuid.uuid4()
@@ -230,3 +230,23 @@ def test_commits_and_transactions_see_the_member_epoch_as_the_generation():
     m.heartbeat_request(["orders"], version=1)
     m.on_heartbeat_response(answer(7))
     assert m.active and m.generation_id == 7
+
+
+def test_a_pattern_goes_to_the_coordinator_as_a_regex_with_no_names():
+    m = ConsumerMembership("g")
+    request = m.heartbeat_request([], version=1, pattern="orders-.*")
+    assert request.subscribed_topic_names == [] and request.subscribed_topic_regex == "orders-.*"
+    m.on_heartbeat_response(answer(1, {}))
+    steady = m.heartbeat_request([], version=1, pattern="orders-.*")
+    assert steady.subscribed_topic_names is None and steady.subscribed_topic_regex is None
+    m.on_heartbeat_response(answer(1))
+    # Back to names: the empty regex clears the pattern on the coordinator.
+    changed = m.heartbeat_request(["orders"], version=1)
+    assert changed.subscribed_topic_names == ["orders"] and changed.subscribed_topic_regex == ""
+
+
+def test_a_pattern_needs_heartbeat_v1():
+    m = ConsumerMembership("g")
+    with pytest.raises(KafkaError) as refused:
+        m.heartbeat_request([], version=0, pattern="orders-.*")
+    assert refused.value.code is ErrorCode.UNSUPPORTED_VERSION

@@ -1,7 +1,8 @@
 """Our consumer with ``group_protocol="consumer"`` (KIP-848) against brokers: onceflow (one per module),
 librdkafka's mock cluster (a KIP-848 coordinator nobody here wrote), and Tansu (which lacks the API,
 for the error a user gets). A librdkafka consumer shares a group with ours; offsets go into a
-transaction under the member epoch."""
+transaction under the member epoch. Pattern subscriptions run with both protocols: matched by the
+coordinator (consumer) or by the client from metadata (classic)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def broker(tmp_path_factory):
     proc.stop()
 
 
-def consumer(bootstrap: str, topic: str, group: str, **extra) -> AsyncConsumer:
+def consumer(bootstrap: str, topic: str | None, group: str, **extra) -> AsyncConsumer:
     settings = dict(
         bootstrap_servers=bootstrap,
         group_id=group,
@@ -43,7 +44,7 @@ def consumer(bootstrap: str, topic: str, group: str, **extra) -> AsyncConsumer:
         auto_offset_reset="earliest",
     )
     settings.update(extra)
-    return AsyncConsumer(topic, **settings)
+    return AsyncConsumer(*([topic] if topic else []), **settings)
 
 
 async def create_and_fill(bootstrap: str, topic: str, per_partition: int, first: int = 0) -> None:
@@ -280,3 +281,57 @@ def test_a_broker_without_the_consumer_protocol_gets_a_plain_error(tmp_path):
         tansu.stop()
     assert error.code is ErrorCode.UNSUPPORTED_VERSION
     assert "consumer group protocol" in str(error) and "group_protocol='classic'" in str(error)
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_pattern_subscription_reads_matching_topics_and_follows_a_new_one(broker, protocol):
+    prefix = topic_name("cp-re")
+    matching, other, later = f"{prefix}-a", f"{prefix}x-b", f"{prefix}-c"
+    group = f"{prefix}-g"
+
+    async def fill(topic: str, count: int) -> None:
+        async with AsyncClient(broker.bootstrap) as client:
+            await client.create_topic(topic, partitions=2)
+        async with AsyncProducer({"bootstrap.servers": broker.bootstrap}) as producer:
+            await asyncio.gather(
+                *[await producer.send(topic, b"%s-%d" % (topic.encode(), i)) for i in range(count)]
+            )
+
+    async def run():
+        await fill(matching, 6)
+        await fill(other, 6)  # "<prefix>x-b" does not match "<prefix>-.*"
+        c = consumer(
+            broker.bootstrap,
+            None,
+            group,
+            group_protocol=protocol,
+            metadata_max_age_ms=300,  # classic: how soon the client sees the new topic
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=200,
+        )
+        c.subscribe(pattern=f"{prefix}-.*")
+        read: list = []
+        try:
+            await poll_until([c], lambda: len(read) >= 6, read)
+            await fill(later, 4)
+            await poll_until([c], lambda: len(read) >= 10, read, timeout=30)
+            await c.poll(timeout_ms=300)
+            return read, {tp.topic for tp in c.assignment()}
+        finally:
+            await c.close()
+
+    read, topics = asyncio.run(run())
+    assert sorted(r.value for r in read) == sorted(
+        [b"%s-%d" % (matching.encode(), i) for i in range(6)]
+        + [b"%s-%d" % (later.encode(), i) for i in range(4)]
+    )
+    assert topics == {matching, later}
+
+
+def test_a_pattern_that_does_not_compile_is_refused_at_subscribe(broker):
+    c = consumer(broker.bootstrap, None, "cp-bad-re")
+    with pytest.raises(KafkaError) as refused:
+        c.subscribe(pattern="orders-(")
+    assert refused.value.code is ErrorCode.INVALID_REGULAR_EXPRESSION and "orders-(" in str(refused.value)
+    with pytest.raises(KafkaError, match="not both"):
+        c.subscribe(["orders"], pattern="orders-.*")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable
 from itertools import repeat
@@ -107,6 +108,7 @@ class AsyncConsumer:
                 rebalance_timeout_ms=self.config.effective_rebalance_timeout_ms,
             )
         self._next_auto_commit = 0.0
+        self._next_pattern_match = 0.0  # classic protocol: when to match the pattern against metadata again
         self._listener_error: BaseException | None = None
         self._last_committed: dict[TopicPartition, int] = {}
         self._started = False
@@ -123,20 +125,25 @@ class AsyncConsumer:
         await self._client.any_connection()
         self._fetcher = Fetcher(self.config, self._client, self._subscriptions)
         if self._membership is not None:
-            driver = (
-                ConsumerGroupCoordinator
-                if isinstance(self._membership, ConsumerMembership)
-                else GroupCoordinator
-            )
-            self._coordinator = driver(
-                self.config,
-                self._client,
-                self._membership,
-                topics=lambda: sorted(self._subscriptions.topics),
+            callbacks = dict(
                 on_assign=self._partitions_assigned,
                 on_revoke=self._partitions_revoked,
                 on_lost=self._partitions_lost,
             )
+            topics = lambda: sorted(self._subscriptions.topics)  # noqa: E731
+            if isinstance(self._membership, ConsumerMembership):
+                self._coordinator = ConsumerGroupCoordinator(
+                    self.config,
+                    self._client,
+                    self._membership,
+                    topics=topics,
+                    pattern=self._pattern,
+                    **callbacks,
+                )
+            else:
+                self._coordinator = GroupCoordinator(
+                    self.config, self._client, self._membership, topics=topics, **callbacks
+                )
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
         self._started = True
 
@@ -169,24 +176,42 @@ class AsyncConsumer:
 
     def subscribe(
         self,
-        topics: Iterable[str],
+        topics: Iterable[str] = (),
         *,
+        pattern: str | None = None,
         on_assign: Listener | None = None,
         on_revoke: Listener | None = None,
         on_lost: Listener | None = None,
     ) -> None:
-        """Join the group for ``topics`` (needs ``group_id``); partitions arrive at the next poll."""
+        """Join the group for ``topics``, or for every topic whose whole name matches ``pattern`` (a
+        regular expression; internal topics excluded); partitions arrive at the next poll (needs
+        ``group_id``).
+
+        With the classic protocol the consumer matches the pattern against the cluster's topics at
+        the first poll and every ``metadata.max.age.ms``; with ``group_protocol="consumer"`` the
+        coordinator matches it (KIP-848's SubscribedTopicRegex) and follows new topics itself."""
         if self._membership is None:
             raise KafkaError("subscribe() needs group_id; use assign() to consume without a group")
         topics = list(topics)
-        if not topics:
+        if pattern is not None and topics:
+            raise KafkaError("subscribe() takes topics or a pattern, not both")
+        compiled = None
+        if pattern is not None:
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise KafkaError(
+                    f"invalid subscription pattern {pattern!r}: {exc}", ErrorCode.INVALID_REGULAR_EXPRESSION
+                ) from None
+        elif not topics:
             self.unsubscribe()
             return
         if any(cb is not None for cb in (on_assign, on_revoke, on_lost)):
             self._listeners = (on_assign, on_revoke, on_lost)
-        changed = set(topics) != self._subscriptions.topics
-        self._subscriptions.subscribe(topics)
-        if changed:
+        before = (self._subscriptions.topics, self._subscriptions.pattern)
+        self._subscriptions.subscribe(topics, compiled)
+        self._next_pattern_match = 0.0
+        if (self._subscriptions.topics, self._subscriptions.pattern) != before:
             self._membership.request_rejoin()
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
@@ -319,6 +344,10 @@ class AsyncConsumer:
         """Everything poll does before taking records: rebalance, auto commit, positions, fetching."""
         if self._coordinator is not None:
             if self._subscriptions.mode == AUTO_TOPICS:
+                if self._subscriptions.pattern is not None and not isinstance(
+                    self._membership, ConsumerMembership
+                ):
+                    await self._match_pattern()
                 await self._coordinator.ensure_active()
             self._coordinator.last_poll = time.monotonic()
             if self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
@@ -327,6 +356,23 @@ class AsyncConsumer:
         if self._subscriptions.missing_positions():
             await self._update_positions()
         await self._fetcher.ensure_running()
+
+    def _pattern(self) -> str | None:
+        pattern = self._subscriptions.pattern
+        return None if pattern is None else pattern.pattern
+
+    async def _match_pattern(self) -> None:
+        """Classic protocol: resolve the pattern against the cluster's topics, and rejoin when the
+        matches changed (a topic created or deleted)."""
+        now = time.monotonic()
+        if now < self._next_pattern_match:
+            return
+        self._next_pattern_match = now + self.config.metadata_max_age_ms / 1000
+        metadata = await self._client.metadata(None)
+        names = [name for name, info in metadata.topics.items() if not info.internal]
+        if self._subscriptions.match_pattern(names):
+            log.info("subscription pattern now matches %s", sorted(self._subscriptions.topics))
+            self._membership.request_rejoin()
 
     # -- positions -------------------------------------------------------------------------------
 

@@ -118,9 +118,9 @@ class ConsumerMembership:
         self.topic_ids: dict[str, uuid.UUID] = {}
         self._topic_names: dict[uuid.UUID, str] = {}
         # What the last answered heartbeat carried (None: send it in full).
-        self._sent_topics: tuple[str, ...] | None = None
+        self._sent_subscription: tuple[tuple[str, ...], str] | None = None
         self._sent_owned: frozenset[TopicPartition] | None = None
-        self._in_flight: tuple[tuple[str, ...], frozenset[TopicPartition]] | None = None
+        self._in_flight: tuple[tuple[tuple[str, ...], str], frozenset[TopicPartition]] | None = None
 
     # -- identity, as commits and transactions present it --------------------------------------
 
@@ -158,25 +158,36 @@ class ConsumerMembership:
 
     def send_full_next(self) -> None:
         """The last answer may be lost: the next heartbeat carries everything."""
-        self._sent_topics = None
+        self._sent_subscription = None
         self._sent_owned = None
 
-    def heartbeat_request(self, topics: list[str], version: int) -> ConsumerGroupHeartbeatRequest:
-        """The next heartbeat (joining when UNJOINED/LEFT), with what changed since the last one."""
+    def heartbeat_request(
+        self, topics: list[str], version: int, pattern: str | None = None
+    ) -> ConsumerGroupHeartbeatRequest:
+        """The next heartbeat (joining when UNJOINED/LEFT), with what changed since the last one.
+        ``pattern`` subscribes by regular expression, matched by the coordinator (v1+)."""
+        if pattern is not None and version < 1:
+            raise KafkaError(
+                f"group {self.group_id!r}: a pattern subscription needs ConsumerGroupHeartbeat v1, "
+                f"the coordinator speaks v{version}",
+                ErrorCode.UNSUPPORTED_VERSION,
+            )
         if self.state in (MemberState.UNJOINED, MemberState.LEFT):
             self.member_epoch = JOIN_EPOCH
             self.member_id = self._own_member_id if version >= 1 else ""
             self.send_full_next()
             self.state = MemberState.JOINING
-        subscription = tuple(sorted(topics))
+        # Names and regex travel together (librdkafka sends them so, and its mock insists): with names
+        # only, an empty regex says "no regex"; with a pattern, the names are empty.
+        subscription = (tuple(sorted(topics)) if pattern is None else (), pattern or "")
         owned = frozenset(self.owned)
-        full = self._sent_topics is None or self._sent_owned is None
+        full = self._sent_subscription is None or self._sent_owned is None
         if owned and any(tp.topic not in self.topic_ids for tp in owned):
             raise KafkaError(
                 f"group {self.group_id!r}: no topic id for an owned partition", ErrorCode.UNKNOWN_TOPIC_ID
             )
         self._in_flight = (subscription, owned)
-        send_topics = full or subscription != self._sent_topics
+        send_subscription = full or subscription != self._sent_subscription
         return ConsumerGroupHeartbeatRequest(
             group_id=self.group_id,
             member_id=self.member_id,
@@ -184,10 +195,8 @@ class ConsumerMembership:
             instance_id=self.group_instance_id,
             rack_id=None,
             rebalance_timeout_ms=self.rebalance_timeout_ms if full else -1,
-            subscribed_topic_names=list(subscription) if send_topics else None,
-            # With the names, an empty regex: "no regex subscription" (librdkafka sends the two together,
-            # and its mock cluster insists on it).
-            subscribed_topic_regex="" if send_topics and version >= 1 else None,
+            subscribed_topic_names=list(subscription[0]) if send_subscription else None,
+            subscribed_topic_regex=subscription[1] if send_subscription and version >= 1 else None,
             server_assignor=self.server_assignor if full else None,
             topic_partitions=self._owned_field(owned) if full or owned != self._sent_owned else None,
         )
@@ -211,7 +220,7 @@ class ConsumerMembership:
             self.heartbeat_interval_ms = response.heartbeat_interval_ms
             self.state = MemberState.STABLE
             if sent is not None:
-                self._sent_topics, self._sent_owned = sent
+                self._sent_subscription, self._sent_owned = sent
             if response.assignment is not None:
                 self._target = frozenset(
                     (t.topic_id, p) for t in response.assignment.topic_partitions for p in t.partitions

@@ -38,6 +38,7 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
         membership: ConsumerMembership,
         *,
         topics: Callable[[], list[str]],
+        pattern: Callable[[], str | None] = lambda: None,
         on_assign: Callable[[list[TopicPartition]], Awaitable[None]],
         on_revoke: Callable[[list[TopicPartition]], Awaitable[None]],
         on_lost: Callable[[list[TopicPartition]], Awaitable[None]],
@@ -45,6 +46,7 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
         super().__init__(config, client, membership)
         self.membership: ConsumerMembership = membership
         self._topics = topics
+        self._pattern = pattern
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._on_lost = on_lost
@@ -113,9 +115,13 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
         self._heartbeat_now.set()  # the acknowledgement the coordinator waits for
 
     async def _learn_topic_ids(self) -> None:
-        metadata = await self.client.metadata(
-            sorted(set(self._topics()) | {tp.topic for tp in self.membership.owned})
+        # A pattern's matches are the coordinator's to know: ask for every topic then.
+        wanted = (
+            None
+            if self._pattern()
+            else sorted(set(self._topics()) | {tp.topic for tp in self.membership.owned})
         )
+        metadata = await self.client.metadata(wanted)
         self.membership.learn_topic_ids(
             {name: info.topic_id for name, info in metadata.topics.items() if info.topic_id is not None}
         )
@@ -143,7 +149,12 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
                 return Action.RETRY
             if m.owned and any(tp.topic not in m.topic_ids for tp in m.owned):
                 await self._learn_topic_ids()
-            request = m.heartbeat_request(self._topics(), version)
+            try:
+                request = m.heartbeat_request(self._topics(), version, self._pattern())
+            except KafkaError as exc:  # what no retry mends, e.g. a pattern for a v0 coordinator
+                m.fatal = exc
+                self.rejoin_event.set()
+                return Action.FATAL
             try:
                 response = await conn.send(request, version=version)
             except (BrokerConnectionError, KafkaError) as exc:

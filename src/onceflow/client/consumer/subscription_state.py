@@ -7,6 +7,7 @@ bumps the partition's ``epoch`` so that buffered and in-flight data for the old 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from onceflow.client.consumer.assignors import TopicPartition
@@ -48,15 +49,27 @@ class SubscriptionState:
         self.default_reset = default_reset
         self.mode = NO_SUBSCRIPTION
         self.topics: set[str] = set()
+        # subscribe(pattern=...): topics whose whole name matches; ``topics`` holds the matches found
+        # so far (classic protocol: resolved here from metadata; consumer protocol: by the coordinator).
+        self.pattern: re.Pattern[str] | None = None
         self.partitions: dict[TopicPartition, PartitionState] = {}
 
-    def subscribe(self, topics: list[str]) -> None:
+    def subscribe(self, topics: list[str], pattern: re.Pattern[str] | None = None) -> None:
         if self.mode == USER_ASSIGNED:
             raise KafkaError(
                 "subscribe() after assign(): a consumer either subscribes or assigns, call unsubscribe() first"
             )
         self.mode = AUTO_TOPICS
         self.topics = set(topics)
+        self.pattern = pattern
+
+    def match_pattern(self, names: list[str]) -> bool:
+        """Set ``topics`` to the names the pattern matches in full; returns whether they changed."""
+        assert self.pattern is not None
+        matched = {n for n in names if self.pattern.fullmatch(n)}
+        changed = matched != self.topics
+        self.topics = matched
+        return changed
 
     def assign_from_user(self, partitions: list[TopicPartition]) -> None:
         if self.mode == AUTO_TOPICS:
@@ -69,6 +82,7 @@ class SubscriptionState:
     def unsubscribe(self) -> None:
         self.mode = NO_SUBSCRIPTION
         self.topics = set()
+        self.pattern = None
         self.partitions = {}
 
     def set_assignment(self, partitions: list[TopicPartition]) -> None:
