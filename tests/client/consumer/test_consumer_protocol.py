@@ -17,7 +17,7 @@ from tests.conftest import topic_name
 from tests.helpers.broker import BrokerProcess, TansuProcess, tansu_binary
 
 from onceflow.client import AsyncClient
-from onceflow.client.consumer import AsyncConsumer, OffsetAndMetadata
+from onceflow.client.consumer import AsyncConsumer, Consumer, OffsetAndMetadata
 from onceflow.client.consumer import TopicPartition as TP
 from onceflow.client.producer import AsyncProducer, GroupRebalancedCommitError, TransactionAbortableError
 from onceflow.protocol.errors import ErrorCode, KafkaError
@@ -335,3 +335,28 @@ def test_a_pattern_that_does_not_compile_is_refused_at_subscribe(broker):
     assert refused.value.code is ErrorCode.INVALID_REGULAR_EXPRESSION and "orders-(" in str(refused.value)
     with pytest.raises(KafkaError, match="not both"):
         c.subscribe(["orders"], pattern="orders-.*")
+
+
+def test_the_blocking_consumer_takes_the_protocol_and_a_pattern_from_kafka_config_names(broker):
+    prefix = topic_name("cp-sync")
+    asyncio.run(create_and_fill(broker.bootstrap, f"{prefix}-in", 3))
+    c = Consumer(
+        config={
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"{prefix}-g",
+            "group.protocol": "consumer",
+            "group.remote.assignor": "range",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        c.subscribe(pattern=f"{prefix}-.*")
+        read: list = []
+        deadline = time.monotonic() + 30
+        while len(read) < 12 and time.monotonic() < deadline:
+            read.extend(c.poll(timeout_ms=200))
+        identity = c.group_metadata()
+    finally:
+        c.close()
+    assert sorted(r.value for r in read) == sorted(b"%d-%d" % (p, i) for p in range(4) for i in range(3))
+    assert identity.generation_id > 0

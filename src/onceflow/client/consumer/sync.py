@@ -84,8 +84,10 @@ class Consumer:
         finally:
             self._stop_loop()
 
-    def subscribe(self, topics: Iterable[str], **listeners: Listener | None) -> None:
-        self._call(self._consumer.subscribe, list(topics), **listeners)
+    def subscribe(
+        self, topics: Iterable[str] = (), *, pattern: str | None = None, **listeners: Listener | None
+    ) -> None:
+        self._call(self._consumer.subscribe, list(topics), pattern=pattern, **listeners)
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         self._call(self._consumer.assign, list(partitions))
