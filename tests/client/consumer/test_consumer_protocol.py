@@ -360,3 +360,54 @@ def test_the_blocking_consumer_takes_the_protocol_and_a_pattern_from_kafka_confi
         c.close()
     assert sorted(r.value for r in read) == sorted(b"%d-%d" % (p, i) for p in range(4) for i in range(3))
     assert identity.generation_id > 0
+
+
+def test_a_static_member_that_restarts_gets_its_partitions_back(broker):
+    topic, group = topic_name("cp-static"), topic_name("cp-static-g")
+
+    async def run():
+        await create_and_fill(broker.bootstrap, topic, 2)
+        a = consumer(broker.bootstrap, topic, group, group_instance_id="copier-a")
+        b = consumer(broker.bootstrap, topic, group, group_instance_id="copier-b")
+        read: list = []
+        await poll_until([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, read)
+        before = partitions_of(a)
+        await a.close()  # epoch -2: its partitions stay reserved for its return
+        await poll_until([b], lambda: True, read)
+        await asyncio.sleep(0.6)  # three of b's heartbeats: a departed dynamic member's would move
+        await b.poll(timeout_ms=100)
+        b_while_away = partitions_of(b)
+        again = consumer(broker.bootstrap, topic, group, group_instance_id="copier-a")
+        try:
+            await poll_until([again, b], lambda: len(again.assignment()) == 2, read)
+            return before, b_while_away, partitions_of(again)
+        finally:
+            await asyncio.gather(again.close(), b.close())
+
+    before, b_while_away, after = asyncio.run(run())
+    assert after == before
+    assert b_while_away.isdisjoint(before) and len(b_while_away) == 2
+
+
+def test_a_member_that_stops_polling_leaves_and_finds_its_partitions_lost_at_the_next_poll(broker):
+    topic, group = topic_name("cp-slow"), topic_name("cp-slow-g")
+    lost: list = []
+
+    async def run():
+        await create_and_fill(broker.bootstrap, topic, 2)
+        slow = consumer(broker.bootstrap, topic, group, max_poll_interval_ms=600, on_lost=lost.extend)
+        other = consumer(broker.bootstrap, topic, group)
+        read: list = []
+        try:
+            await poll_until(
+                [slow, other], lambda: len(slow.assignment()) == 2 and len(other.assignment()) == 2, read
+            )
+            owned = partitions_of(slow)
+            await poll_until([other], lambda: len(other.assignment()) == 4, read)  # slow is not polling
+            await poll_until([slow, other], lambda: len(other.assignment()) == 2, read)  # it polls: rejoins
+            return owned
+        finally:
+            await asyncio.gather(slow.close(), other.close())
+
+    owned = asyncio.run(run())
+    assert {tp.partition for tp in lost} == owned
