@@ -411,3 +411,38 @@ def test_a_member_that_stops_polling_leaves_and_finds_its_partitions_lost_at_the
 
     owned = asyncio.run(run())
     assert {tp.partition for tp in lost} == owned
+
+
+def test_a_member_carries_on_across_a_broker_kill_and_restart(tmp_path):
+    """kill -9 of the coordinator: the member's heartbeats fail, it reconnects to the restarted broker
+    (which reloaded the group from __consumer_offsets) and carries on from its committed offsets."""
+    proc = BrokerProcess(tmp_path, extra_args=["--config", "group.consumer.heartbeat.interval.ms=200"])
+    proc.start()
+    topic, group = topic_name("cp-restart"), topic_name("cp-restart-g")
+
+    async def run():
+        await create_and_fill(proc.bootstrap, topic, 5)
+        c = consumer(proc.bootstrap, topic, group, enable_auto_commit=False)
+        read: list = []
+        try:
+            await poll_until([c], lambda: len(read) == 20, read)
+            await c.commit()
+            identity = c.group_metadata()
+            await asyncio.to_thread(proc.kill9)
+            await asyncio.sleep(0.5)  # heartbeats fail meanwhile
+            await asyncio.to_thread(proc.restart)
+            await create_and_fill(proc.bootstrap, topic, 5, first=5)
+            await poll_until([c], lambda: len(read) == 40, read, timeout=60)
+            await c.commit()
+            await c.poll(timeout_ms=500)
+            return read, identity, c.group_metadata()
+        finally:
+            await c.close()
+
+    try:
+        read, before, after = asyncio.run(run())
+    finally:
+        proc.stop()
+    seen = [(r.partition, r.offset) for r in read]
+    assert len(seen) == len(set(seen)) == 40
+    assert after.member_id == before.member_id and after.generation_id >= before.generation_id
