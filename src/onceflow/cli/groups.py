@@ -11,13 +11,13 @@ import asyncio
 import dataclasses
 
 import click
-from kafka.protocol.admin.groups import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.admin.groups import DeleteGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetFetchRequest
-from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 from kafka.protocol.metadata import FindCoordinatorRequest
 from rich.table import Table
 
 from onceflow.cli.common import bootstrap_option, friendly_errors, out
+from onceflow.client.admin import AsyncAdminClient
 from onceflow.client.async_client import AsyncClient
 from onceflow.client.connection import Connection
 from onceflow.protocol.errors import ErrorCode, KafkaError
@@ -36,6 +36,7 @@ class MemberView:
     client_id: str
     host: str
     partitions: list[tuple[str, int]]
+    epoch: int | None = None  # consumer-protocol members (KIP-848)
 
 
 @dataclasses.dataclass
@@ -46,6 +47,8 @@ class GroupView:
     members: list[MemberView]
     # (topic, partition) -> (committed offset or -1, log end offset)
     offsets: dict[tuple[str, int], tuple[int, int]]
+    group_type: str = "classic"
+    group_epoch: int | None = None
 
 
 class GroupAdmin:
@@ -53,12 +56,14 @@ class GroupAdmin:
 
     def __init__(self, bootstrap: str) -> None:
         self.client = AsyncClient(bootstrap, client_id="onceflow-groups")
+        self.admin = AsyncAdminClient(bootstrap, client_id="onceflow-groups")
         self._coordinators: dict[str, Connection] = {}
 
     async def close(self) -> None:
         for conn in self._coordinators.values():
             await conn.close()
         await self.client.close()
+        await self.admin.close()
 
     async def coordinator(self, group_id: str) -> Connection:
         if group_id not in self._coordinators:
@@ -113,20 +118,17 @@ class GroupAdmin:
         return sorted(info.partitions)
 
     async def describe(self, group_id: str) -> GroupView:
-        conn = await self.coordinator(group_id)
-        resp = await conn.send(DescribeGroupsRequest(groups=[group_id], include_authorized_operations=False))
-        g = resp.groups[0]
-        _check(g.error_code, f"describing {group_id} failed")
-        members = []
-        for m in g.members:
-            parts: list[tuple[str, int]] = []
-            if g.protocol_type == "consumer" and m.member_assignment:
-                try:
-                    parts = ConsumerProtocolAssignment.decode(bytes(m.member_assignment)).partitions()
-                    parts = [(tp.topic, tp.partition) for tp in parts]
-                except Exception:
-                    parts = []
-            members.append(MemberView(m.member_id, m.client_id, m.client_host, sorted(parts)))
+        g = await self.admin.describe_group(group_id)
+        members = [
+            MemberView(
+                m.member_id,
+                m.client_id,
+                m.client_host,
+                sorted((tp.topic, tp.partition) for tp in m.assignment),
+                m.member_epoch,
+            )
+            for m in g.members
+        ]
         committed = await self.committed(group_id)
         keys = set(committed) | {tp for m in members for tp in m.partitions}
         ends: dict[tuple[str, int], int] = {}
@@ -135,7 +137,7 @@ class GroupAdmin:
             for p, off in (await self.log_offsets(topic, parts, LATEST)).items():
                 ends[(topic, p)] = off
         offsets = {tp: (committed.get(tp, -1), ends.get(tp, -1)) for tp in keys}
-        return GroupView(g.group_id, g.group_state, g.protocol_data, members, offsets)
+        return GroupView(g.group_id, g.state, g.protocol, members, offsets, g.group_type, g.group_epoch)
 
     async def delete(self, group_ids: list[str]) -> dict[str, int]:
         results: dict[str, int] = {}
@@ -210,7 +212,9 @@ def describe(group_id, bootstrap):
     """Members and assignment of GROUP_ID, and per partition: committed offset, log end, lag."""
     view = _run(bootstrap, lambda a: a.describe(group_id))
     out.print(
-        f"group {view.group_id}: {view.state}" + (f", assignor {view.protocol}" if view.protocol else "")
+        f"group {view.group_id}: {view.state}"
+        + (f", assignor {view.protocol}" if view.protocol else "")
+        + (f", consumer protocol at group epoch {view.group_epoch}" if view.group_type == "consumer" else "")
     )
     owner = {tp: m for m in view.members for tp in m.partitions}
     table = Table()
@@ -233,6 +237,9 @@ def describe(group_id, bootstrap):
     idle = [m for m in view.members if not m.partitions]
     for m in idle:
         out.print(f"member {m.member_id} ({m.client_id}, {m.host}) has no partitions")
+    for m in view.members:
+        if m.epoch is not None:
+            out.print(f"member {m.member_id} at epoch {m.epoch}")
 
 
 @groups.command()

@@ -31,7 +31,8 @@ from onceflow.client.connection import Connection
 from onceflow.client.consumer.assignors import decode_assignment
 from onceflow.client.consumer.coordinator import find_coordinator
 from onceflow.client.consumer.structs import OffsetAndMetadata, TopicPartition
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.errors import ErrorCode, KafkaError, UnsupportedVersion
+from onceflow.protocol.messages import ConsumerGroupDescribeRequest
 
 _TOPIC_RESOURCE = 2
 _TXN_KEY_TYPE = 1
@@ -51,6 +52,9 @@ class MemberDescription:
     client_id: str
     client_host: str
     assignment: list[TopicPartition]
+    # Consumer-protocol groups (KIP-848) only; None for classic members.
+    member_epoch: int | None = None
+    target_assignment: list[TopicPartition] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +62,11 @@ class GroupDescription:
     group_id: str
     state: str
     protocol_type: str
-    protocol: str
+    protocol: str  # the classic protocol's chosen assignor, or the consumer group's assignor
     members: list[MemberDescription] = field(default_factory=list)
+    group_type: str = "classic"  # "consumer": a KIP-848 group, described by ConsumerGroupDescribe
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +227,13 @@ class AsyncAdminClient:
         return sorted(groups)
 
     async def describe_group(self, group_id: str) -> GroupDescription:
+        """A consumer-protocol group (KIP-848) as ConsumerGroupDescribe tells it (epochs, assignor,
+        current and target assignment per member); any other group, or a coordinator without that
+        API, as DescribeGroups tells it (librdkafka's order)."""
         conn = await self._coordinator(group_id)
+        described = await self._describe_consumer_group(conn, group_id)
+        if described is not None:
+            return described
         response = await conn.send(
             DescribeGroupsRequest(groups=[group_id], include_authorized_operations=False)
         )
@@ -237,6 +250,48 @@ class AsyncAdminClient:
             for m in g.members
         ]
         return GroupDescription(g.group_id, g.group_state, g.protocol_type, g.protocol_data, members)
+
+    async def _describe_consumer_group(self, conn: Connection, group_id: str) -> GroupDescription | None:
+        try:
+            version = min(conn.version_for(ConsumerGroupDescribeRequest), 1)
+        except UnsupportedVersion:
+            return None
+        response = await conn.send(
+            ConsumerGroupDescribeRequest(group_ids=[group_id], include_authorized_operations=False),
+            version=version,
+        )
+        g = response.groups[0]
+        if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return None  # a classic group, or none: DescribeGroups tells
+        _check(g.error_code, f"describe group {group_id!r}", g.error_message)
+
+        def partitions(assignment) -> list[TopicPartition]:
+            return sorted(
+                TopicPartition(t.topic_name, p) for t in assignment.topic_partitions for p in t.partitions
+            )
+
+        members = [
+            MemberDescription(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                partitions(m.assignment),
+                member_epoch=m.member_epoch,
+                target_assignment=partitions(m.target_assignment),
+            )
+            for m in g.members
+        ]
+        return GroupDescription(
+            g.group_id,
+            g.group_state,
+            "consumer",
+            g.assignor_name,
+            members,
+            group_type="consumer",
+            group_epoch=g.group_epoch,
+            assignment_epoch=g.assignment_epoch,
+        )
 
     async def list_group_offsets(
         self, group_id: str, partitions: list[TopicPartition] | None = None

@@ -446,3 +446,55 @@ def test_a_member_carries_on_across_a_broker_kill_and_restart(tmp_path):
     seen = [(r.partition, r.offset) for r in read]
     assert len(seen) == len(set(seen)) == 40
     assert after.member_id == before.member_id and after.generation_id >= before.generation_id
+
+
+def test_admin_and_cli_describe_a_consumer_group_by_its_epochs_and_a_classic_one_as_before(broker):
+    from click.testing import CliRunner
+
+    from onceflow.cli.main import cli
+    from onceflow.client import AsyncAdminClient
+
+    topic, group, classic_group = topic_name("cp-desc"), topic_name("cp-desc-g"), topic_name("cp-desc-c")
+
+    async def run():
+        await create_and_fill(broker.bootstrap, topic, 2)
+        a = consumer(broker.bootstrap, topic, group, group_remote_assignor="range", client_id="member-a")
+        b = consumer(broker.bootstrap, topic, group, group_remote_assignor="range", client_id="member-b")
+        classic = consumer(broker.bootstrap, topic, classic_group, group_protocol="classic")
+        read: list = []
+        try:
+            await poll_until(
+                [a, b, classic],
+                lambda: (
+                    len(a.assignment()) == 2 and len(b.assignment()) == 2 and len(classic.assignment()) == 4
+                ),
+                read,
+            )
+            await asyncio.sleep(0.5)  # both acknowledged: current == target
+            await asyncio.gather(a.poll(timeout_ms=100), b.poll(timeout_ms=100))
+            await a.commit()
+            async with AsyncAdminClient(broker.bootstrap) as admin:
+                described = await admin.describe_group(group)
+                classic_described = await admin.describe_group(classic_group)
+            shown = await asyncio.to_thread(
+                CliRunner().invoke, cli, ["groups", "describe", group, "--bootstrap-server", broker.bootstrap]
+            )
+            return described, classic_described, shown, a.group_metadata(), partitions_of(a)
+        finally:
+            await asyncio.gather(a.close(), b.close(), classic.close())
+
+    described, classic_described, shown, identity, a_partitions = asyncio.run(run())
+    assert described.group_type == "consumer" and described.protocol == "range"
+    assert described.state == "Stable" and described.group_epoch == described.assignment_epoch >= 2
+    by_client = {m.client_id: m for m in described.members}
+    assert set(by_client) == {"member-a", "member-b"}
+    member_a = by_client["member-a"]
+    assert member_a.member_id == identity.member_id and member_a.member_epoch == identity.generation_id
+    assert {tp.partition for tp in member_a.assignment} == a_partitions
+    assert all(m.assignment == m.target_assignment for m in described.members)
+    assert classic_described.group_type == "classic" and classic_described.group_epoch is None
+    assert [m.member_epoch for m in classic_described.members] == [None]
+    assert len(classic_described.members[0].assignment) == 4
+    assert shown.exit_code == 0, shown.output
+    assert "assignor range" in shown.output and f"group epoch {described.group_epoch}" in shown.output
+    assert f"member {identity.member_id} at epoch {identity.generation_id}" in shown.output
