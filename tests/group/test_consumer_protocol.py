@@ -445,6 +445,32 @@ def test_the_coordinator_refuses_a_members_commit_below_v9_and_stores_nothing():
     assert coord.check_txn_member("g", "m1", None, 1) is ErrorCode.NONE
 
 
+def test_a_commit_at_a_member_epoch_to_a_group_that_is_gone_is_group_id_not_found_from_v9():
+    """Kafka's group coordinator: a group that does not exist answers a commit carrying an epoch
+    GROUP_ID_NOT_FOUND from OffsetCommit v9 (the error both protocols' clients understand there),
+    ILLEGAL_GENERATION below v9 and for TxnOffsetCommit; without an epoch the commit recreates the
+    group, as a classic one."""
+    from onceflow.broker.group.coordinator import OffsetCommitEntry
+
+    coord, _ = coordinator_with_topic()
+    coord.consumer_group_heartbeat(join_request("m1"))
+    coord.consumer_group_heartbeat(HeartbeatRequest("g", "m1", -1))
+    assert coord.delete_groups(["g"]) == {"g": ErrorCode.NONE}
+    offsets = {("t", 0): OffsetCommitEntry(5)}
+    assert coord.commit_offsets("g", "m1", None, 1, offsets, api_version=9) == (
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        {},
+    )
+    assert coord.commit_offsets("g", "m1", None, 1, offsets, api_version=8) == (
+        ErrorCode.ILLEGAL_GENERATION,
+        {},
+    )
+    assert coord.check_txn_member("g", "m1", None, 1) is ErrorCode.ILLEGAL_GENERATION
+    assert coord.list_groups() == [] and coord.fetch_offsets("g", None)[1] == []
+    assert coord.commit_offsets("g", "", None, -1, offsets, api_version=9)[1] == {("t", 0): ErrorCode.NONE}
+    assert [(g.group_id, g.group_type, g.state) for g in coord.list_groups()] == [("g", "classic", "Empty")]
+
+
 def test_offsets_of_a_consumer_group_expire_by_commit_time_unless_subscribed():
     """Kafka's rule for consumer-protocol groups: an offset of a topic no member subscribes to expires
     offsets.retention after its commit; an empty group with no offsets left is deleted."""

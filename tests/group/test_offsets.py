@@ -13,9 +13,9 @@ from .conftest import SESSION_MS, Harness
 TP0, TP1 = ("t", 0), ("t", 1)
 
 
-def commit(h, offsets, group="g", member="", generation=-1, instance=None):
+def commit(h, offsets, group="g", member="", generation=-1, instance=None, **kw):
     entries = {tp: OffsetCommitEntry(off) for tp, off in offsets.items()}
-    return h.coord.commit_offsets(group, member, instance, generation, entries)
+    return h.coord.commit_offsets(group, member, instance, generation, entries, **kw)
 
 
 def fetched(h, group="g", tps=None, **kw):
@@ -66,12 +66,45 @@ def test_member_commits_are_checked_against_generation(h):
     assert commit(h, {TP0: 2}, member=r.member_id, generation=0)[0] is E.ILLEGAL_GENERATION
     assert commit(h, {TP0: 2}, member="ghost", generation=1)[0] is E.UNKNOWN_MEMBER_ID
     assert commit(h, {TP0: 2}, member="", generation=-1)[0] is E.UNKNOWN_MEMBER_ID  # group is not empty
-    assert commit(h, {TP0: 2}, group="fresh", member="x", generation=3)[0] is E.ILLEGAL_GENERATION
     b = h.join_new(client_id="b")
     h.join("g", r.member_id)
     assert h.coord.group("g").state is GroupState.COMPLETING_REBALANCE
     assert commit(h, {TP0: 2}, member=r.member_id, generation=2)[0] is E.REBALANCE_IN_PROGRESS
     assert b and fetched(h)[TP0] == (1, E.NONE)
+
+
+def test_a_commit_with_a_generation_to_an_unknown_group_depends_on_the_version(h):
+    """Kafka's group coordinator (OffsetMetadataManager.validateOffsetCommit): from OffsetCommit v9 a
+    group that is not there is GROUP_ID_NOT_FOUND; older versions keep ILLEGAL_GENERATION. Either way
+    nothing is stored and no group is created."""
+    for version in (9, 10):
+        assert commit(h, {TP0: 2}, group="fresh", member="x", generation=3, api_version=version) == (
+            E.GROUP_ID_NOT_FOUND,
+            {},
+        )
+    for version in (2, 5, 8):
+        assert commit(h, {TP0: 2}, group="fresh", member="x", generation=3, api_version=version) == (
+            E.ILLEGAL_GENERATION,
+            {},
+        )
+    # generation 0 is a generation too (a member epoch 0 at v9)
+    assert commit(h, {TP0: 2}, group="fresh", generation=0, api_version=9)[0] is E.GROUP_ID_NOT_FOUND
+    assert commit(h, {TP0: 2}, group="fresh", generation=0, api_version=8)[0] is E.ILLEGAL_GENERATION
+    assert h.coord.group("fresh") is None and h.coord.list_groups() == []
+    assert fetched(h, group="fresh") == {}
+
+
+@pytest.mark.parametrize("version", [2, 8, 9])
+@pytest.mark.parametrize("member", ["", "someone"])
+def test_a_commit_without_a_generation_creates_a_simple_group(h, version, member):
+    """Generation -1 (admin tools, consumers that assign themselves) creates an empty classic group
+    at every version, whatever member id the request names: Kafka decides on the generation alone."""
+    assert commit(h, {TP0: 4}, group="simple", member=member, api_version=version) == (
+        E.NONE,
+        {TP0: E.NONE},
+    )
+    assert h.coord.group("simple").state is GroupState.EMPTY
+    assert fetched(h, group="simple") == {TP0: (4, E.NONE)}
 
 
 def test_static_member_fencing_on_commit(h):
@@ -270,7 +303,12 @@ def test_txn_offset_commit_member_checks_allow_a_rebalance_in_progress(h):
     assert check("g", "ghost", None, 1) is E.UNKNOWN_MEMBER_ID
     assert check("g", "", None, -1) is E.NONE  # v0-2 or group id only: no member data to check
     assert check("fresh", "", None, -1) is E.NONE
-    assert check("fresh", "x", None, 3) is E.UNKNOWN_MEMBER_ID  # judged as a new empty group
+    assert check("fresh", "x", None, -1) is E.NONE  # no generation: the commit creates the group
+    # A generation for a group that is not there: ILLEGAL_GENERATION at every TxnOffsetCommit version
+    # (Kafka's validateTransactionalOffsetCommit; no GROUP_ID_NOT_FOUND as OffsetCommit v9 has).
+    assert check("fresh", "x", None, 3) is E.ILLEGAL_GENERATION
+    assert check("fresh", "", None, 0) is E.ILLEGAL_GENERATION
+    assert h.coord.group("fresh") is None
     h.join_new(client_id="b")
     h.join("g", r.member_id)
     group = h.coord.group("g")

@@ -143,7 +143,20 @@ def template_frames(topic: str, anchor_topic: str) -> list[bytes]:
             ),
             1,
         ),
+        (
+            # v0: the member joins with an empty id and the coordinator names it
+            ConsumerGroupHeartbeatRequest(
+                group_id="fuzz-group-848",
+                member_id="",
+                member_epoch=0,
+                rebalance_timeout_ms=30_000,
+                subscribed_topic_names=[topic],
+                topic_partitions=[],
+            ),
+            0,
+        ),
         (ConsumerGroupDescribeRequest(group_ids=["fuzz-group-848"], include_authorized_operations=False), 0),
+        (ConsumerGroupDescribeRequest(group_ids=["fuzz-group-848"], include_authorized_operations=True), 1),
     ]
     return [encode_request(req, version, correlation_id=i + 1) for i, (req, version) in enumerate(requests)]
 

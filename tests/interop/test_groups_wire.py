@@ -125,6 +125,28 @@ def test_commit_unknown_topic_and_multi_group_fetch(wire_broker):
         assert unknown.error_code == E.GROUP_ID_NOT_FOUND
 
 
+def test_commit_with_a_generation_to_an_unknown_group_at_v9_and_v8(wire_broker):
+    """Kafka's group coordinator: OffsetCommit v9+ naming a group that does not exist with a
+    generation (or member epoch) >= 0 is GROUP_ID_NOT_FOUND in every partition, v8 and older keep
+    ILLEGAL_GENERATION; nothing is stored and no group appears. Generation -1 creates the group."""
+    topic = topic_name("w")
+    create_topic(wire_broker.bootstrap, topic)
+    group = f"nobody-{topic}"
+    with WireClient(wire_broker.bootstrap) as w:
+        v9 = w.request(commit_request(group, topic, [(0, 3), (1, 3)], generation=2, member="m"), 9)
+        assert [p.error_code for p in v9.topics[0].partitions] == [E.GROUP_ID_NOT_FOUND] * 2
+        v8 = w.request(commit_request(group, topic, [(0, 3), (1, 3)], generation=2, member="m"), 8)
+        assert [p.error_code for p in v8.topics[0].partitions] == [E.ILLEGAL_GENERATION] * 2
+        described = w.request(DescribeGroupsRequest(groups=[group]), 5)
+        assert (described.groups[0].error_code, described.groups[0].group_state) == (0, "Dead")
+        fetched = w.request(OffsetFetchRequest(group_id=group, topics=None), 5)
+        assert fetched.topics == []
+        simple = w.request(commit_request(group, topic, [(0, 3)], generation=-1, member="m"), 9)
+        assert simple.topics[0].partitions[0].error_code == 0
+        described = w.request(DescribeGroupsRequest(groups=[group]), 5)
+        assert (described.groups[0].error_code, described.groups[0].group_state) == (0, "Empty")
+
+
 def test_join_sync_heartbeat_leave_at_old_and_new_versions(wire_broker):
     P = JoinGroupRequest.JoinGroupRequestProtocol
     with WireClient(wire_broker.bootstrap) as w:

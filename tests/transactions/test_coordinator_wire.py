@@ -236,6 +236,30 @@ def test_txn_offset_commit_is_pending_until_the_commit_marker(tmp_path):
     run(scenario())
 
 
+def test_txn_offset_commit_with_a_generation_to_an_unknown_group_is_illegal_generation(tmp_path):
+    """Kafka's validateTransactionalOffsetCommit: a generation for a group that does not exist is
+    ILLEGAL_GENERATION at every version (OffsetCommit v9's GROUP_ID_NOT_FOUND is not used here) and
+    creates nothing; generation -1 is accepted and creates the group."""
+
+    async def scenario():
+        async with running_broker(tmp_path) as broker:
+            client = await _setup(broker)
+            pid, epoch = await _init(client, "tid-u")
+            assert (await client.request(wire.add_offsets("tid-u", pid, epoch, "no-grp"), 3)).error_code == 0
+            offsets = {(TOPIC, 0): 9}
+            ghost = wire.txn_offset_commit("tid-u", "no-grp", pid, epoch, offsets, generation=3, member="m")
+            resp = await client.request(ghost, 3)
+            assert resp.topics[0].partitions[0].error_code == E.ILLEGAL_GENERATION
+            assert broker.services.groups.group("no-grp") is None
+            bare = wire.txn_offset_commit("tid-u", "no-grp", pid, epoch, offsets, member="m")
+            assert (await client.request(bare, 3)).topics[0].partitions[0].error_code == 0
+            assert broker.services.groups.group("no-grp") is not None
+            assert (await client.request(wire.end_txn("tid-u", pid, epoch, True), 3)).error_code == 0
+            await client.close()
+
+    run(scenario())
+
+
 def test_describe_and_list_transactions_and_state_survives_a_restart(tmp_path):
     async def scenario():
         async with running_broker(tmp_path) as broker:

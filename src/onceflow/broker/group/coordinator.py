@@ -88,6 +88,26 @@ def _valid_group_id(group_id: str | None, *, allow_empty: bool) -> bool:
     return group_id is not None and (allow_empty or group_id != "")
 
 
+def unknown_group_commit_error(
+    generation_id: int, *, transactional: bool, api_version: int = FIRST_MEMBER_EPOCH_COMMIT_VERSION
+) -> ErrorCode:
+    """The answer to an OffsetCommit or TxnOffsetCommit naming a group this coordinator does not have
+    (Kafka's group coordinator, ``OffsetMetadataManager``):
+
+    - a generation (or member epoch) below 0 comes from outside group management (an admin tool, a
+      consumer assigning its own partitions, a producer given only the group id): NONE, and the
+      commit creates an empty classic group, whatever member id it carries;
+    - otherwise the committer believes it is in a generation of a group that is not there:
+      OffsetCommit v9+ answers GROUP_ID_NOT_FOUND, which suits members of either protocol; older
+      OffsetCommit versions and every TxnOffsetCommit keep the older answer, ILLEGAL_GENERATION.
+    """
+    if generation_id < 0:
+        return E.NONE
+    if not transactional and api_version >= FIRST_MEMBER_EPOCH_COMMIT_VERSION:
+        return E.GROUP_ID_NOT_FOUND
+    return E.ILLEGAL_GENERATION
+
+
 class GroupCoordinator:
     def __init__(
         self,
@@ -322,7 +342,9 @@ class GroupCoordinator:
 
         A top-level error applies to every partition (the handler copies it into each).
         ``api_version`` is the OffsetCommit request's: a member of a consumer-protocol group must
-        commit with v9+ (UNSUPPORTED_VERSION below, see :meth:`ConsumerGroups.check_offset_commit`).
+        commit with v9+ (UNSUPPORTED_VERSION below, see :meth:`ConsumerGroups.check_offset_commit`),
+        and a commit with a generation to a group we do not have is GROUP_ID_NOT_FOUND from v9,
+        ILLEGAL_GENERATION below (see :func:`unknown_group_commit_error`).
         """
         self._check_loaded()
         if not _valid_group_id(group_id, allow_empty=True):
@@ -342,9 +364,11 @@ class GroupCoordinator:
         else:
             group = self._groups.get(group_id)
             if group is None:
-                if generation_id >= 0:
-                    # Group management says this member is in a generation we never saw: stale.
-                    return E.ILLEGAL_GENERATION, {}
+                error = unknown_group_commit_error(
+                    generation_id, transactional=False, api_version=api_version
+                )
+                if error is not E.NONE:
+                    return error, {}
                 group = self._groups[group_id] = GroupMetadata(group_id, self._scheduler.now_ms())
             error = self._membership.check_commit_member(group, member_id, group_instance_id, generation_id)
             if error is not E.NONE:
@@ -425,15 +449,18 @@ class GroupCoordinator:
         self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
     ) -> ErrorCode:
         """KIP-447 fencing for TxnOffsetCommit: a zombie from an old generation is rejected (see
-        :meth:`Membership.check_txn_commit_member`). A group we do not know is judged as the empty
-        group Kafka would create for the commit."""
+        :meth:`Membership.check_txn_commit_member`). A group we do not know accepts a commit without
+        a generation (:meth:`commit_txn_offsets` creates the group) and answers any generation
+        ILLEGAL_GENERATION, at every version (:func:`unknown_group_commit_error`)."""
         self._check_loaded()
         consumer_group = self.consumer_groups.get(group_id)
         if consumer_group is not None:
             return self.consumer_groups.check_offset_commit(
                 consumer_group, member_id, group_instance_id, generation_id, transactional=True
             )
-        group = self._groups.get(group_id) or GroupMetadata(group_id, self._scheduler.now_ms())
+        group = self._groups.get(group_id)
+        if group is None:
+            return unknown_group_commit_error(generation_id, transactional=True)
         return self._membership.check_txn_commit_member(group, member_id, group_instance_id, generation_id)
 
     def on_txn_marker(self, producer_id: int, commit: bool) -> None:

@@ -5,8 +5,9 @@ producer's transactional batch and stay pending until the commit marker (an abor
 Checks, in Kafka's order: the producer's transaction must hold the group's ``__consumer_offsets``
 partition (AddOffsetsToTxn; with v5, transaction protocol v2, it is added here implicitly); then
 KIP-447 fencing on the group (v3+: a member of an old generation gets ILLEGAL_GENERATION, a replaced
-static member FENCED_INSTANCE_ID, an unknown one UNKNOWN_MEMBER_ID). A group completing a rebalance
-does not refuse the commit (Kafka's rule: only OffsetCommit answers REBALANCE_IN_PROGRESS).
+static member FENCED_INSTANCE_ID, an unknown one UNKNOWN_MEMBER_ID; a generation for a group that
+does not exist is ILLEGAL_GENERATION, never OffsetCommit v9's GROUP_ID_NOT_FOUND). A group completing
+a rebalance does not refuse the commit (Kafka's rule: only OffsetCommit answers REBALANCE_IN_PROGRESS).
 """
 
 from __future__ import annotations
