@@ -264,6 +264,10 @@ class AsyncAdminClient:
         if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
             return None  # a classic group, or none: DescribeGroups tells
         _check(g.error_code, f"describe group {group_id!r}", g.error_message)
+        if g.group_epoch < 0:
+            # No consumer group has a negative epoch: a coordinator that answers so (Tansu does, for
+            # every group) does not keep KIP-848 groups, and DescribeGroups is the one to ask.
+            return None
 
         def partitions(assignment) -> list[TopicPartition]:
             return sorted(

@@ -269,3 +269,30 @@ def test_auto_commit_and_group_metadata_with_sync_facade(target):
     # close() committed the final position (enable.auto.commit=true).
     with Consumer(bootstrap_servers=broker.bootstrap, group_id=group) as checker:
         assert checker.committed(TP(topic, 0)) == OffsetAndMetadata(30, "")
+
+
+def test_admin_describes_a_classic_group_with_its_member_and_partitions(target):
+    """describe_group asks ConsumerGroupDescribe first; for a classic group it must still end with
+    DescribeGroups' answer (onceflow answers GROUP_ID_NOT_FOUND; Tansu answers epoch -1, no members)."""
+    from onceflow.client import AsyncAdminClient
+
+    name, broker = target
+    topic, group = topic_name("describe"), topic_name("g-describe")
+
+    async def run():
+        await produce(broker.bootstrap, topic, 2, partitions=2, batch=2)
+        async with AsyncConsumer(
+            topic, **group_settings(broker.bootstrap, group, client_id="describer")
+        ) as c:
+            deadline = time.monotonic() + 30
+            while len(c.assignment()) < 2 and time.monotonic() < deadline:
+                await c.getmany(timeout_ms=200)
+            async with AsyncAdminClient(broker.bootstrap) as admin:
+                return await admin.describe_group(group)
+
+    described = asyncio.run(run())
+    assert described.group_type == "classic" and described.state == "Stable"
+    assert len(described.members) == 1 and described.members[0].member_epoch is None
+    if name == "onceflow":  # Tansu's DescribeGroups leaves client ids and assignments empty
+        assert described.members[0].client_id == "describer"
+        assert sorted(described.members[0].assignment) == [TP(topic, 0), TP(topic, 1)]
