@@ -38,6 +38,7 @@ def test_help_lists_every_command(runner):
         ["topics", "list"],
         ["topics", "create", "t"],
         ["consume", "--topic", "t", "--timeout", "1"],
+        ["consume", "--topic", "t", "--group", "g", "--timeout", "1"],
     ],
 )
 def test_no_broker_gives_one_line_hint(runner, args):
@@ -68,6 +69,9 @@ def test_bad_bootstrap_address(runner):
         (["produce"], "Missing option '--topic'"),
         (["produce", "--topic", "t", "--compression", "brotli"], "'brotli' is not one of"),
         (["consume", "--topic", "t", "--isolation-level", "dirty"], "'dirty' is not one of"),
+        (["consume", "--topic", "t", "--group-protocol", "consumer"], "--group-protocol needs --group"),
+        (["consume", "--topic", "t", "--group", "g", "--group-protocol", "eager"], "'eager' is not one of"),
+        (["consume", "--topic", "t", "--group", " "], "--group: must not be empty"),
         (["topics", "create", "t", "--partitions", "0"], "--partitions"),
         (["topics", "create", "t", "--config", "noequals"], "is not KEY=VALUE"),
         (["serve", "--config", "no.such.setting=1"], "unknown broker config 'no.such.setting'"),

@@ -7,6 +7,8 @@ topic and check ownership and that no record is skipped across membership change
 from __future__ import annotations
 
 import asyncio
+import signal
+import threading
 import time
 
 import pytest
@@ -296,3 +298,45 @@ def test_admin_describes_a_classic_group_with_its_member_and_partitions(target):
     if name == "onceflow":  # Tansu's DescribeGroups leaves client ids and assignments empty
         assert described.members[0].client_id == "describer"
         assert sorted(described.members[0].assignment) == [TP(topic, 0), TP(topic, 1)]
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_an_interrupted_blocking_poll_stops_on_the_consumer_loop_too(target):
+    """Ctrl-C lands in the caller's thread while ``Consumer.poll`` waits: the poll coroutine must stop
+    too (not go on behind the caller's back and race close()), and leave no waiting task behind."""
+    _name, broker = target
+    topic = topic_name("interrupt")
+    asyncio.run(produce(broker.bootstrap, topic, 1, partitions=1))
+
+    def interrupt(signum, frame):
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    consumer = Consumer(topic, **group_settings(broker.bootstrap, topic_name("g-int")))
+    try:
+        deadline = time.monotonic() + 60
+        while not consumer.poll(timeout_ms=500) and time.monotonic() < deadline:
+            pass
+        timer = threading.Timer(0.5, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(Interrupted):
+            consumer.poll(timeout_ms=30_000)  # nothing more to read: waits until interrupted
+        assert time.monotonic() - started < 10
+        timer.join()
+
+        async def waiting() -> list[str]:
+            await asyncio.sleep(0.1)  # let the cancellation run
+            names = [
+                t.get_coro().__qualname__ for t in asyncio.all_tasks() if t is not asyncio.current_task()
+            ]
+            return [n for n in names if n in ("AsyncConsumer.poll", "Event.wait")]
+
+        assert consumer._run(waiting()) == []
+        assert consumer.poll(timeout_ms=100) == []  # the consumer still works
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        consumer.close()

@@ -336,9 +336,11 @@ class AsyncConsumer:
         waits = [asyncio.ensure_future(self._fetcher.data_ready.wait())]
         if self._coordinator is not None:
             waits.append(asyncio.ensure_future(self._coordinator.rejoin_event.wait()))
-        done, pending = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when poll itself is cancelled, else the waits stay pending
+            for task in waits:
+                task.cancel()
 
     async def _prepare(self) -> None:
         """Everything poll does before taking records: rebalance, auto commit, positions, fetching."""

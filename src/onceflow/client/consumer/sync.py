@@ -52,7 +52,15 @@ class Consumer:
         )
 
     def _run(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            # Interrupted while waiting (Ctrl-C lands in the caller's thread): cancel the coroutine
+            # too, so it does not go on behind the caller's back, racing close() and left pending
+            # when the loop stops. A no-op when the coroutine itself raised.
+            future.cancel()
+            raise
 
     def _call(self, fn, *args, **kwargs):
         async def call():
