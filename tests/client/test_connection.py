@@ -226,6 +226,38 @@ def test_unanswered_request_times_out_with_request_timed_out_and_is_forgotten():
     run(scenario())
 
 
+def test_a_late_answer_to_an_abandoned_request_is_dropped_quietly_and_a_stranger_is_reported(caplog):
+    empty = MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id="c", controller_id=0, topics=[])
+
+    async def scenario():
+        reader = asyncio.StreamReader()
+        writer = _RecordingWriter()
+        conn = Connection(reader, writer, host="127.0.0.1", port=0, client_id="t", request_timeout_s=30)
+        try:
+            cancelled = asyncio.create_task(conn.send(MetadataRequest(topics=None), version=9))
+            while not writer.frames:
+                await asyncio.sleep(0)
+            cancelled.cancel()  # e.g. a consumer closing while its heartbeat is on the wire
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            _key, _version, late_id = apis.peek_request_header(writer.frames[0][4:])
+            with caplog.at_level("DEBUG", logger="onceflow.client.connection"):
+                reader.feed_data(bytes(apis.encode_response(empty, late_id, 9)))
+                reader.feed_data(bytes(apis.encode_response(empty, late_id + 1000, 9)))
+                for _ in range(20):
+                    await asyncio.sleep(0)
+        finally:
+            await conn.close()
+        return late_id
+
+    late_id = run(scenario())
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [f"dropping response with unknown correlation id {late_id + 1000}"]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "DEBUG"] == [
+        f"dropping the late answer to abandoned request {late_id}"
+    ]
+
+
 def _produce_answer(partition: int, base_offset: int, correlation_id: int, version: int) -> bytes:
     """A broker's framed ProduceResponse: success for topic "t", ``partition`` at ``base_offset``."""
     P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse

@@ -61,6 +61,8 @@ class Connection:
         self._correlation_ids = itertools.count(1)
         # correlation id -> (future, decode(frame) -> response, what was asked, timeout timer)
         self._pending: dict[int, tuple[asyncio.Future, Callable, str, asyncio.TimerHandle]] = {}
+        # Requests given up on (cancelled, timed out): their late answers are dropped quietly.
+        self._abandoned: set[int] = set()
         self._broker_versions: dict[int, tuple[int, int]] = {}
         self.finalized_features: dict[str, int] = {}
         self.finalized_features_epoch = -1
@@ -251,9 +253,12 @@ class Connection:
         entry = self._pending.pop(correlation_id, None)
         if entry is not None:
             entry[3].cancel()
+            self._abandoned.add(correlation_id)
 
     def _time_out(self, correlation_id: int) -> None:
         entry = self._pending.pop(correlation_id, None)
+        if entry is not None:
+            self._abandoned.add(correlation_id)
         if entry is not None and not entry[0].done():
             what = entry[2].split()[0]
             entry[0].set_exception(
@@ -272,7 +277,11 @@ class Connection:
                 (correlation_id,) = _CORRELATION.unpack_from(frame, 0)
                 entry = self._pending.pop(correlation_id, None)
                 if entry is None:
-                    log.warning("dropping response with unknown correlation id %d", correlation_id)
+                    if correlation_id in self._abandoned:
+                        self._abandoned.discard(correlation_id)
+                        log.debug("dropping the late answer to abandoned request %d", correlation_id)
+                    else:
+                        log.warning("dropping response with unknown correlation id %d", correlation_id)
                     continue
                 future, decode, what, timer = entry
                 timer.cancel()

@@ -498,3 +498,68 @@ def test_admin_and_cli_describe_a_consumer_group_by_its_epochs_and_a_classic_one
     assert shown.exit_code == 0, shown.output
     assert "assignor range" in shown.output and f"group epoch {described.group_epoch}" in shown.output
     assert f"member {identity.member_id} at epoch {identity.generation_id}" in shown.output
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_blocking_consumers_revoke_callback_can_commit_kafkas_way(broker, protocol):
+    """Kafka's pattern: commit in onPartitionsRevoked. The blocking facade runs callbacks off its event
+    loop, so the blocking commit() inside one does not wait for itself."""
+    topic, group = topic_name("cp-cb"), topic_name("cp-cb-g")
+    asyncio.run(create_and_fill(broker.bootstrap, topic, 5))
+    settings = {
+        "bootstrap.servers": broker.bootstrap,
+        "group.id": group,
+        "group.protocol": protocol,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    if protocol == "classic":
+        settings.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 200})
+    committed_in_callback: list = []
+
+    first = Consumer(config=settings)
+
+    def commit_before_giving_up(partitions) -> None:
+        first.commit()  # every position, the revoked partitions' included
+        committed_in_callback.append(sorted(tp.partition for tp in partitions))
+
+    first.subscribe([topic], on_revoke=commit_before_giving_up)
+    second = Consumer(config=settings)
+    read_by_second: list = []
+    stop = threading.Event()
+
+    def keep_polling(c: Consumer, into: list | None) -> None:
+        while not stop.is_set():
+            records = c.poll(timeout_ms=100)
+            if into is not None:
+                into.extend(records)
+
+    try:
+        read = 0
+        deadline = time.monotonic() + 30
+        while read < 20 and time.monotonic() < deadline:
+            read += len(first.poll(timeout_ms=100))
+        assert read == 20  # everything read, nothing committed yet
+        threads = [
+            threading.Thread(target=keep_polling, args=(first, None)),
+            threading.Thread(target=keep_polling, args=(second, read_by_second)),
+        ]
+        second.subscribe([topic])
+        for t in threads:
+            t.start()
+        while not committed_in_callback and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # the second member reads whatever was not committed
+        stop.set()
+        for t in threads:
+            t.join(30)
+        committed = first.committed([TP(topic, p) for p in range(PARTITIONS)])
+    finally:
+        stop.set()
+        first.close(autocommit=False)
+        second.close(autocommit=False)
+    # The consumer protocol revokes the two partitions that move; the classic default (range, eager)
+    # revokes all four before rejoining.
+    assert committed_in_callback and len(committed_in_callback[0]) == (2 if protocol == "consumer" else 4)
+    assert {tp.partition: om.offset for tp, om in committed.items()} == dict.fromkeys(range(PARTITIONS), 5)
+    assert read_by_second == []  # the handed-over partitions were committed at their end

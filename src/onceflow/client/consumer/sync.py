@@ -2,12 +2,14 @@
 
 The async consumer runs on its own event loop in a daemon thread, so heartbeats keep going while the
 caller processes records between polls (as the Java consumer's heartbeat thread does). Rebalance
-callbacks run on that thread while the caller is blocked in ``poll``.
+callbacks run in a worker thread while the caller is blocked in ``poll``, with the event loop free: so a
+callback may call the consumer's blocking methods, as Kafka's "commit in onPartitionsRevoked" does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -33,6 +35,7 @@ class Consumer:
         on_lost: Listener | None = None,
         **settings: Any,
     ) -> None:
+        on_assign, on_revoke, on_lost = (_off_the_loop(cb) for cb in (on_assign, on_revoke, on_lost))
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="onceflow-consumer", daemon=True)
         self._thread.start()
@@ -52,6 +55,12 @@ class Consumer:
         )
 
     def _run(self, coro):
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError(
+                "a blocking Consumer method was called on the consumer's own event loop thread "
+                "(from an async callback?): it would wait for itself"
+            )
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result()
@@ -95,7 +104,8 @@ class Consumer:
     def subscribe(
         self, topics: Iterable[str] = (), *, pattern: str | None = None, **listeners: Listener | None
     ) -> None:
-        self._call(self._consumer.subscribe, list(topics), pattern=pattern, **listeners)
+        wrapped = {name: _off_the_loop(cb) for name, cb in listeners.items()}
+        self._call(self._consumer.subscribe, list(topics), pattern=pattern, **wrapped)
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         self._call(self._consumer.assign, list(partitions))
@@ -153,3 +163,18 @@ class Consumer:
 
     def resume(self, *partitions: TopicPartition) -> None:
         self._call(self._consumer.resume, *partitions)
+
+
+def _off_the_loop(callback: Listener | None) -> Listener | None:
+    """A plain-function rebalance callback, run in a worker thread so that the blocking methods it may
+    call (commit, committed, position) can use the consumer's event loop meanwhile."""
+    if callback is None or inspect.iscoroutinefunction(callback):
+        return callback
+
+    async def in_worker(partitions: list[TopicPartition]) -> Any:
+        result = await asyncio.to_thread(callback, partitions)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    return in_worker
