@@ -563,3 +563,41 @@ def test_a_blocking_consumers_revoke_callback_can_commit_kafkas_way(broker, prot
     assert committed_in_callback and len(committed_in_callback[0]) == (2 if protocol == "consumer" else 4)
     assert {tp.partition: om.offset for tp, om in committed.items()} == dict.fromkeys(range(PARTITIONS), 5)
     assert read_by_second == []  # the handed-over partitions were committed at their end
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_unsubscribe_commits_revokes_and_leaves_so_the_partitions_move_at_once(broker, protocol):
+    topic, group = topic_name("cp-unsub"), topic_name("cp-unsub-g")
+    revoked: list = []
+    extra = dict(group_protocol=protocol, session_timeout_ms=30000, heartbeat_interval_ms=200)
+
+    async def run():
+        await create_and_fill(broker.bootstrap, topic, 5)
+        leaver = consumer(broker.bootstrap, topic, group, on_revoke=revoked.append, **extra)
+        stayer = consumer(broker.bootstrap, topic, group, **extra)
+        read: list = []
+        try:
+            await poll_until(
+                [leaver, stayer],
+                lambda: len(leaver.assignment()) == 2 and len(stayer.assignment()) == 2,
+                read,
+            )
+            await poll_until([leaver, stayer], lambda: len(read) == 20, read)
+            given_up = sorted(leaver.assignment())
+            revoked.clear()
+            leaver.unsubscribe()
+            assert leaver.assignment() == set()
+            # Well within session.timeout.ms (30 s) and max.poll.interval.ms: the leave moved them.
+            await poll_until([stayer, leaver], lambda: len(stayer.assignment()) == 4, read, timeout=10)
+            committed = await stayer.committed(given_up)
+            leaver.subscribe([topic])  # and back
+            await poll_until([leaver, stayer], lambda: len(leaver.assignment()) == 2, read)
+            return given_up, committed, read
+        finally:
+            await asyncio.gather(leaver.close(), stayer.close())
+
+    given_up, committed, read = asyncio.run(run())
+    assert revoked[0] == given_up  # then, after subscribing again, what it owned at close
+    assert {tp: om.offset for tp, om in committed.items()} == dict.fromkeys(given_up, 5)  # auto commit
+    seen = [(r.partition, r.offset) for r in read]
+    assert len(seen) == len(set(seen)) == 20  # nothing read twice across the moves

@@ -109,6 +109,7 @@ class AsyncConsumer:
             )
         self._next_auto_commit = 0.0
         self._next_pattern_match = 0.0  # classic protocol: when to match the pattern against metadata again
+        self._leaving: asyncio.Task | None = None  # unsubscribe's commit, callback and leave
         self._listener_error: BaseException | None = None
         self._last_committed: dict[TopicPartition, int] = {}
         self._started = False
@@ -160,6 +161,7 @@ class AsyncConsumer:
             return
         self._closed = True
         try:
+            await self._finish_leaving()
             if self._coordinator is not None:
                 m = self._membership
                 if m is not None and m.active and m.owned:
@@ -222,11 +224,37 @@ class AsyncConsumer:
             self._fetcher.wake()
 
     def unsubscribe(self) -> None:
+        """Stop reading the subscription and leave the group, so its partitions move to the other
+        members at once (Kafka's consumers do the same). The commit of the positions (with
+        enable.auto.commit), the revoke callback and the leave run in the background; the next poll
+        and close() wait for them."""
+        m = self._membership
+        leave = None
+        if (
+            self._coordinator is not None
+            and m is not None
+            and m.active
+            and self._subscriptions.mode == AUTO_TOPICS
+        ):
+            owned = list(m.owned)
+            positions = self._current_positions(owned) if self.config.enable_auto_commit else {}
+            leave = self._leave_group(owned, positions)
         self._subscriptions.unsubscribe()
         if self._fetcher is not None:
             self._fetcher.clear_buffers()
-        if self._membership is not None:
-            self._membership.request_rejoin()
+        if m is not None:
+            m.request_rejoin()
+        if leave is not None:
+            self._leaving = asyncio.get_running_loop().create_task(leave)
+
+    async def _leave_group(self, owned: list[TopicPartition], positions: dict) -> None:
+        if positions:
+            try:
+                await self._coordinator.commit(positions)
+            except (KafkaError, OSError) as exc:
+                log.warning("commit on unsubscribe failed: %s", exc)
+        await self._listener(1, owned)
+        await self._coordinator.leave_group()
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._subscriptions.assigned())
@@ -344,6 +372,7 @@ class AsyncConsumer:
 
     async def _prepare(self) -> None:
         """Everything poll does before taking records: rebalance, auto commit, positions, fetching."""
+        await self._finish_leaving()
         if self._coordinator is not None:
             if self._subscriptions.mode == AUTO_TOPICS:
                 if self._subscriptions.pattern is not None and not isinstance(
@@ -375,6 +404,11 @@ class AsyncConsumer:
         if self._subscriptions.match_pattern(names):
             log.info("subscription pattern now matches %s", sorted(self._subscriptions.topics))
             self._membership.request_rejoin()
+
+    async def _finish_leaving(self) -> None:
+        leaving, self._leaving = self._leaving, None
+        if leaving is not None:
+            await leaving
 
     # -- positions -------------------------------------------------------------------------------
 

@@ -225,6 +225,10 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
                     log.info("group %s: leaving heartbeat failed (%s)", self.group_id, exc)
             m.left()
 
+    async def leave_group(self) -> None:
+        self.membership.revoked(list(self.membership.owned))
+        await self._leave()
+
     async def close(self, *, leave: bool = True) -> None:
         self._closed = True
         if self._heartbeat_task is not None:

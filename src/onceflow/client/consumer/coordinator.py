@@ -265,6 +265,11 @@ class GroupCoordinatorBase:
     async def ensure_active(self) -> None:
         raise NotImplementedError
 
+    async def leave_group(self) -> None:
+        """Give up every partition (the caller ran the revoke callback) and leave the group, as
+        Kafka's consumers do on unsubscribe; the next ensure_active joins again."""
+        raise NotImplementedError
+
     async def close(self, *, leave: bool = True) -> None:
         raise NotImplementedError
 
@@ -323,7 +328,9 @@ class GroupCoordinator(GroupCoordinatorBase):
         m = self.membership
         backoff = self.config.retry_backoff_ms / 1000
         if m.lost:
-            await self._on_lost(m.lose_partitions())
+            lost = m.lose_partitions()
+            if lost:
+                await self._on_lost(lost)
             m.reset_member()
         if m.protocol_is_eager and m.owned:
             await self._on_revoke(m.revoke_all())
@@ -437,6 +444,10 @@ class GroupCoordinator(GroupCoordinatorBase):
             except (BrokerConnectionError, KafkaError) as exc:
                 log.info("group %s: LeaveGroup failed (%s)", self.group_id, exc)
         m.mark_lost()
+
+    async def leave_group(self) -> None:
+        self.membership.revoke_all()
+        await self._leave()
 
     async def close(self, *, leave: bool = True) -> None:
         self._closed = True
