@@ -13,6 +13,9 @@ TxnOffsetCommit (confluentinc/librdkafka#5511), and that call ignores its timeou
 producer runs with ``metadata.recovery.strategy=none`` (the handle is kept and simply reconnects),
 and a watchdog ends a copier whose transaction step is stuck anyway. Set ``COPIER_DEBUG`` (e.g.
 ``eos,protocol,broker,cgrp``) for librdkafka debug logs.
+
+With ``COPIER_CLIENT=onceflow`` the copier is built from our own blocking ``Consumer`` and ``Producer``
+instead (same loop, same watchdog), so the workload also checks our client's exactly-once path.
 """
 
 from __future__ import annotations
@@ -128,5 +131,63 @@ def main(bootstrap: str, source: str, sink: str, group: str, tid: str) -> int:
             watchdog.disarm()
 
 
+def main_onceflow(bootstrap: str, source: str, sink: str, group: str, tid: str) -> int:
+    """The same copier with our client: Consumer (read_committed, in the group) and Producer."""
+    from onceflow.client import Consumer as OurConsumer
+    from onceflow.client import Producer as OurProducer
+    from onceflow.client.producer import FatalProducerError
+    from onceflow.protocol.errors import KafkaError
+
+    protocol = os.environ.get("COPIER_GROUP_PROTOCOL", "classic")
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "group.protocol": protocol,
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+    if protocol == "classic":
+        settings.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000})
+    consumer = OurConsumer(source, config=settings)
+    producer = OurProducer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5})
+    watchdog = Watchdog(tid, STALL_EXIT_S)
+    watchdog.start()
+    watchdog.arm("init_transactions")
+    producer.init_transactions()
+    watchdog.disarm()
+    while True:
+        records = consumer.poll(timeout_ms=1000, max_records=RECORDS_PER_TXN)
+        if not records:
+            continue
+        watchdog.arm("a transaction")
+        try:
+            producer.begin_transaction()
+            offsets: dict[tuple[str, int], int] = {}
+            for r in records:
+                producer.send(sink, r.value, key=r.key, partition=r.partition)
+                offsets[(r.topic, r.partition)] = r.offset + 1
+            producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+            producer.commit_transaction()
+        except FatalProducerError as exc:
+            print(f"copier {tid}: fatal {exc!r}", file=sys.stderr, flush=True)
+            return 3
+        except KafkaError as exc:
+            print(f"copier {tid}: aborting after {exc!r}", file=sys.stderr, flush=True)
+            watchdog.arm("abort_transaction")
+            try:
+                producer.abort_transaction()
+            except KafkaError as again:
+                print(f"copier {tid}: abort failed {again!r}", file=sys.stderr, flush=True)
+                return 4
+            time.sleep(0.5)
+            assigned = list(consumer.assignment())  # back to the committed offsets
+            for tp, committed in consumer.committed(assigned).items():
+                consumer.seek(tp, committed.offset if committed is not None else 0)
+        finally:
+            watchdog.disarm()
+
+
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:6]))
+    run = main_onceflow if os.environ.get("COPIER_CLIENT") == "onceflow" else main
+    sys.exit(run(*sys.argv[1:6]))

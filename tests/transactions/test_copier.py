@@ -83,7 +83,7 @@ class Monitor(threading.Thread):
         consumer.close()
 
 
-def _start_copier(bootstrap, source, sink, group, index, log_dir, protocol="classic"):
+def _start_copier(bootstrap, source, sink, group, index, log_dir, protocol="classic", client="librdkafka"):
     log = open(log_dir / f"copier-{index}.log", "ab")  # noqa: SIM115 - the child keeps it open
     return subprocess.Popen(
         [
@@ -97,7 +97,7 @@ def _start_copier(bootstrap, source, sink, group, index, log_dir, protocol="clas
             f"copier-{index}",
         ],
         cwd=REPO,
-        env={**os.environ, "COPIER_GROUP_PROTOCOL": protocol},
+        env={**os.environ, "COPIER_GROUP_PROTOCOL": protocol, "COPIER_CLIENT": client},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -121,8 +121,10 @@ CONSUMER_PROTOCOL_BROKER_ARGS = (
 
 
 @pytest.mark.onceflow_only
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
-def test_copier_workload_with_kill9_and_broker_restarts(tmp_path, protocol):
+@pytest.mark.parametrize(
+    "protocol,client", [("classic", "librdkafka"), ("consumer", "librdkafka"), ("consumer", "onceflow")]
+)
+def test_copier_workload_with_kill9_and_broker_restarts(tmp_path, protocol, client):
     rng = random.Random(4)
     verbose = ("--verbose",) if os.environ.get("COPIER_DEBUG") else ()
     group_args = CONSUMER_PROTOCOL_BROKER_ARGS if protocol == "consumer" else ()
@@ -139,7 +141,8 @@ def test_copier_workload_with_kill9_and_broker_restarts(tmp_path, protocol):
         monitor = Monitor(b, "output")
         monitor.start()
         copiers = [
-            _start_copier(b, "input", "output", "copiers", i, tmp_path, protocol) for i in range(COPIERS)
+            _start_copier(b, "input", "output", "copiers", i, tmp_path, protocol, client)
+            for i in range(COPIERS)
         ]
         deadline = time.monotonic() + 240
         chaos_until = time.monotonic() + 40
@@ -148,7 +151,7 @@ def test_copier_workload_with_kill9_and_broker_restarts(tmp_path, protocol):
             time.sleep(rng.uniform(2.0, 5.0))
             for i, proc in enumerate(copiers):  # a copier that died of a fatal error comes back
                 if proc.poll() is not None:
-                    copiers[i] = _start_copier(b, "input", "output", "copiers", i, tmp_path, protocol)
+                    copiers[i] = _start_copier(b, "input", "output", "copiers", i, tmp_path, protocol, client)
                     copier_exits += 1
             if time.monotonic() > chaos_until:
                 continue
@@ -159,7 +162,7 @@ def test_copier_workload_with_kill9_and_broker_restarts(tmp_path, protocol):
             else:
                 i = rng.randrange(COPIERS)
                 _kill9(copiers[i])
-                copiers[i] = _start_copier(b, "input", "output", "copiers", i, tmp_path, protocol)
+                copiers[i] = _start_copier(b, "input", "output", "copiers", i, tmp_path, protocol, client)
                 copier_kills += 1
         time.sleep(3)
         print(

@@ -319,7 +319,17 @@ class AsyncConsumer:
         limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            await self._prepare()
+            try:
+                await self._prepare()
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                # A broker restarting or a coordinator moving: poll carries on (Kafka's consumers never
+                # raise these from poll); records already buffered are still handed out.
+                log.info("poll: %s; retrying", exc)
+                await asyncio.sleep(
+                    min(self.config.retry_backoff_ms / 1000, max(deadline - time.monotonic(), 0))
+                )
             if self._listener_error is not None:
                 error, self._listener_error = self._listener_error, None
                 raise error
