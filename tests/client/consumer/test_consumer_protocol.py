@@ -389,14 +389,18 @@ def test_a_static_member_that_restarts_gets_its_partitions_back(broker):
     assert b_while_away.isdisjoint(before) and len(b_while_away) == 2
 
 
-def test_a_member_that_stops_polling_leaves_and_finds_its_partitions_lost_at_the_next_poll(broker):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_member_that_stops_polling_leaves_and_finds_its_partitions_lost_at_the_next_poll(broker, protocol):
     topic, group = topic_name("cp-slow"), topic_name("cp-slow-g")
     lost: list = []
+    timings = dict(group_protocol=protocol, session_timeout_ms=6000, heartbeat_interval_ms=200)
 
     async def run():
         await create_and_fill(broker.bootstrap, topic, 2)
-        slow = consumer(broker.bootstrap, topic, group, max_poll_interval_ms=600, on_lost=lost.extend)
-        other = consumer(broker.bootstrap, topic, group)
+        slow = consumer(
+            broker.bootstrap, topic, group, max_poll_interval_ms=600, on_lost=lost.extend, **timings
+        )
+        other = consumer(broker.bootstrap, topic, group, **timings)
         read: list = []
         try:
             await poll_until(

@@ -195,15 +195,7 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
             self._heartbeat_now.clear()
             if self._closed or not m.joined or m.fatal is not None:
                 continue  # poll joins again, or raises the fatal error
-            if time.monotonic() - self.last_poll > self.config.max_poll_interval_ms / 1000:
-                log.warning(
-                    "group %s: poll() not called within max.poll.interval.ms=%d; leaving the group so "
-                    "its partitions move on (the next poll rejoins)",
-                    self.group_id,
-                    self.config.max_poll_interval_ms,
-                )
-                await self._leave()
-                self.rejoin_event.set()
+            if await self._left_for_slow_poll():
                 continue
             if await self._heartbeat() in (Action.RETRY, Action.REDISCOVER):
                 await asyncio.sleep(self.config.retry_backoff_ms / 1000)

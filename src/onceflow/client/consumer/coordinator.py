@@ -265,6 +265,24 @@ class GroupCoordinatorBase:
     async def ensure_active(self) -> None:
         raise NotImplementedError
 
+    async def _leave(self) -> None:
+        raise NotImplementedError
+
+    async def _left_for_slow_poll(self) -> bool:
+        """Kafka's max.poll.interval.ms: a member whose application stopped polling leaves the group,
+        so its partitions move on; the next poll joins again. Returns whether it left."""
+        if time.monotonic() - self.last_poll <= self.config.max_poll_interval_ms / 1000:
+            return False
+        log.warning(
+            "group %s: poll() not called within max.poll.interval.ms=%d; leaving the group so "
+            "its partitions move on (the next poll rejoins)",
+            self.group_id,
+            self.config.max_poll_interval_ms,
+        )
+        await self._leave()
+        self.rejoin_event.set()
+        return True
+
     async def leave_group(self) -> None:
         """Give up every partition (the caller ran the revoke callback) and leave the group, as
         Kafka's consumers do on unsubscribe; the next ensure_active joins again."""
@@ -406,15 +424,7 @@ class GroupCoordinator(GroupCoordinatorBase):
             m = self.membership
             if m.state != MemberState.STABLE:
                 continue
-            if time.monotonic() - self.last_poll > self.config.max_poll_interval_ms / 1000:
-                log.warning(
-                    "group %s: poll() not called within max.poll.interval.ms=%d; leaving the group so "
-                    "its partitions move on (the next poll rejoins)",
-                    self.group_id,
-                    self.config.max_poll_interval_ms,
-                )
-                await self._leave()
-                self.rejoin_event.set()
+            if await self._left_for_slow_poll():
                 continue
             try:
                 response = await self._send(m.heartbeat_request())
