@@ -32,7 +32,8 @@ Started in the producers' session instead, it is starved by them, the idempotent
 a third, and the concurrent ratio comes out near 1 for that reason alone.
 
 A confluent-kafka consumer then reads the single-producer transactional topic back with
-read_uncommitted and with read_committed. Contenders run interleaved in ABBA order, at least three
+read_uncommitted and with read_committed, timed from the moment it is connected (its set-up is the
+same for both and was a noisy share of a ~0.4 s phase), ``CONSUME_REPEATS`` times each per round. Contenders run interleaved in ABBA order, at least three
 rounds. Reported: the medians with the broker's CPU seconds per GB, the ratios of the medians, the
 median of each round's own ratio (steadier when the machine's load drifts), and how long
 commit_transaction() took (median, p90). Targets (issue 4): transactional / idempotent >= 0.95,
@@ -64,6 +65,9 @@ RECORDS_PER_TXN = 1_000
 # The concurrent runs send this many times N records in all: at 2N each producer runs 100 transactions
 # in the full run, and the phase lasts over a second instead of ~0.6 s, which the machine's noise swamped.
 CONCURRENT_RECORDS_FACTOR = 2
+# A consume phase lasts ~0.4 s and single ones range over +-15% on this machine: each round reads the
+# topic back this many times per isolation level, alternating, and every pair is a paired ratio.
+CONSUME_REPEATS = 4
 PRODUCER_CONF = {
     "acks": "all",
     "linger.ms": 5,
@@ -233,7 +237,10 @@ def start_producer_processes(
     return wait
 
 
-def consume(bootstrap: str, topic: str, records: int, isolation: str) -> None:
+def prepare_consume(bootstrap: str, topic: str, records: int, isolation: str) -> Callable[[], None]:
+    """A consumer connected to the broker (bootstrap and metadata done), and the timed job that reads
+    ``records`` from partition 0 of ``topic`` with it: the phase lasts ~0.4 s, and the consumer's
+    set-up, the same for both isolation levels, would otherwise be a noisy share of it."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -244,21 +251,26 @@ def consume(bootstrap: str, topic: str, records: int, isolation: str) -> None:
             "max.partition.fetch.bytes": 10_485_760,
         }
     )
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        seen = empty = 0
-        while seen < records:
-            batch = consumer.consume(num_messages=10_000, timeout=1.0)
-            if not batch:
-                empty += 1
-                if empty > 30:
-                    raise RuntimeError(
-                        f"consume ({isolation}) from {bootstrap}: stuck at {seen} of {records}"
-                    )
-                continue
-            seen += sum(1 for msg in batch if not msg.error())
-    finally:
-        consumer.close()
+    consumer.list_topics(topic, timeout=30)
+
+    def job() -> None:
+        try:
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            seen = empty = 0
+            while seen < records:
+                batch = consumer.consume(num_messages=10_000, timeout=1.0)
+                if not batch:
+                    empty += 1
+                    if empty > 30:
+                        raise RuntimeError(
+                            f"consume ({isolation}) from {bootstrap}: stuck at {seen} of {records}"
+                        )
+                    continue
+                seen += sum(1 for msg in batch if not msg.error())
+        finally:
+            consumer.close()
+
+    return job
 
 
 def timed(samples: dict, key: str, broker, records: int, job, prepare=None) -> None:
@@ -365,8 +377,16 @@ def run_round(
         job()
     consumes = [("read_uncommitted", "onceflow.consume_read_uncommitted")]
     consumes.append(("read_committed", "onceflow.consume_read_committed"))
-    for isolation, key in consumes if round_no % 2 else reversed(consumes):
-        timed(samples, key, onceflow, records, lambda iso=isolation: consume(b, txn_topic, records, iso))
+    for repeat in range(CONSUME_REPEATS):  # each pair in ABBA order; every pair is one paired ratio
+        for isolation, key in consumes if (round_no + repeat) % 2 else reversed(consumes):
+            timed(
+                samples,
+                key,
+                onceflow,
+                records,
+                None,
+                prepare=lambda iso=isolation: prepare_consume(b, txn_topic, records, iso),
+            )
     delete_topic(b, txn_topic)
 
 
