@@ -279,11 +279,7 @@ class ConsumerMembership:
     def mark_lost(self) -> None:
         """Fenced or removed: report ``owned`` lost at the next poll, then join again at epoch 0 (a v1
         member keeps its id, as Kafka's consumer does)."""
-        self.lost = bool(self.owned)
-        self._target = None
-        self.member_epoch = JOIN_EPOCH
-        self.state = MemberState.UNJOINED
-        self.send_full_next()
+        self._out_of_group(MemberState.UNJOINED)
 
     def lose_partitions(self) -> list[TopicPartition]:
         lost, self.owned = self.owned, []
@@ -310,8 +306,11 @@ class ConsumerMembership:
 
     def left(self) -> None:
         """We sent our leave (or gave up on the group): partitions are lost; the next poll rejoins."""
+        self._out_of_group(MemberState.LEFT)
+
+    def _out_of_group(self, state: MemberState) -> None:
         self.lost = bool(self.owned)
         self._target = None
         self.member_epoch = JOIN_EPOCH
-        self.state = MemberState.LEFT
+        self.state = state
         self.send_full_next()

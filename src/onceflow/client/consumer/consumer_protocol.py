@@ -19,7 +19,7 @@ from onceflow.client.async_client import AsyncClient
 from onceflow.client.connection import BrokerConnectionError
 from onceflow.client.consumer.config import ConsumerConfig
 from onceflow.client.consumer.consumer_membership import ConsumerMembership
-from onceflow.client.consumer.coordinator import GroupCoordinatorBase
+from onceflow.client.consumer.coordinator import GroupCoordinatorBase, capped_version
 from onceflow.client.consumer.group import Action
 from onceflow.client.consumer.structs import TopicPartition
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnsupportedVersion
@@ -134,7 +134,7 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
         async with self._heartbeat_lock:
             try:
                 conn = await self.connection()
-                version = min(conn.version_for(ConsumerGroupHeartbeatRequest), _HEARTBEAT_MAX_VERSION)
+                version = capped_version(conn, ConsumerGroupHeartbeatRequest, _HEARTBEAT_MAX_VERSION)
             except UnsupportedVersion as exc:
                 m.fatal = KafkaError(
                     f"group {self.group_id!r}: the coordinator does not speak the consumer group protocol "
@@ -209,7 +209,7 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
             conn = self._conn
             if conn is not None and not conn.closed:
                 try:
-                    version = min(conn.version_for(ConsumerGroupHeartbeatRequest), _HEARTBEAT_MAX_VERSION)
+                    version = capped_version(conn, ConsumerGroupHeartbeatRequest, _HEARTBEAT_MAX_VERSION)
                     request = m.leave_request()
                     if request is not None:
                         await conn.send(request, version=version)

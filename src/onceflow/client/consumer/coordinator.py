@@ -63,7 +63,7 @@ async def _call(callback: Callback | None, partitions: list[TopicPartition]) -> 
         await result
 
 
-def _version(conn: Connection, request_cls, cap: int) -> int:
+def capped_version(conn: Connection, request_cls, cap: int) -> int:
     return min(conn.version_for(request_cls), cap)
 
 
@@ -144,7 +144,7 @@ class GroupCoordinatorBase:
 
     async def _send(self, request, cap: int | None = None):
         conn = await self.connection()
-        version = None if cap is None else _version(conn, type(request), cap)
+        version = None if cap is None else capped_version(conn, type(request), cap)
         try:
             return await conn.send(request, version=version)
         except BrokerConnectionError:
