@@ -12,6 +12,7 @@ from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
 )
+from kafka.protocol.metadata import MetadataRequest
 
 from onceflow.broker.topic_configs import SOURCE_DEFAULT_CONFIG, SOURCE_TOPIC_CONFIG
 from onceflow.protocol.errors import ErrorCode
@@ -206,8 +207,44 @@ def test_describe_cluster(tmp_path):
                 assert [(b.broker_id, b.host, b.port) for b in response.brokers] == [
                     (0, "127.0.0.1", broker.port)
                 ]
+                assert response.authorized_operations is None  # not asked: the -2^31 marker
             response = await client.request(DescribeClusterRequest(endpoint_type=2), 1)
             assert response.error_code == ErrorCode.MISMATCHED_ENDPOINT_TYPE
+            response = await client.request(DescribeClusterRequest(endpoint_type=7), 1)
+            assert response.error_code == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+            # No authorizer: every cluster operation (KIP-430's bits: CREATE 5, ALTER 7, DESCRIBE 8,
+            # CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12).
+            response = await client.request(
+                DescribeClusterRequest(include_cluster_authorized_operations=True), 2
+            )
+            assert response.authorized_operations == {5, 7, 8, 9, 10, 11, 12}
+            await client.close()
+
+    run(scenario())
+
+
+def test_metadata_reports_authorized_operations_when_asked(tmp_path):
+    async def scenario():
+        async with running_broker(tmp_path) as broker:
+            client = await RawClient.connect(broker.port)
+            await client.request(create_request(creatable("t", 1)), 5)
+            ask = MetadataRequest.MetadataRequestTopic
+            for version in (8, 10, 12):
+                response = await client.request(
+                    MetadataRequest(
+                        topics=[ask(name="t"), ask(name="missing")],
+                        allow_auto_topic_creation=False,
+                        include_cluster_authorized_operations=True,
+                        include_topic_authorized_operations=True,
+                    ),
+                    version,
+                )
+                # Every topic of the answer, the unknown one too, as Kafka does.
+                assert [t.authorized_operations for t in response.topics] == [{3, 4, 5, 6, 7, 8, 10, 11}] * 2
+                # The cluster's field exists in v8-10 only (then DescribeCluster has it).
+                assert response.authorized_operations == ({5, 7, 8, 9, 10, 11, 12} if version <= 10 else None)
+                response = await client.request(MetadataRequest(topics=[ask(name="t")]), version)
+                assert response.topics[0].authorized_operations is None
             await client.close()
 
     run(scenario())

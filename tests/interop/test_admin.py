@@ -63,3 +63,62 @@ def test_create_existing_topic_is_refused(broker, client, unique_topic):
             admin.create(unique_topic, partitions=1, configs={})
     finally:
         admin.close()
+
+
+@pytest.mark.onceflow_only
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+def test_authorized_operations_through_librdkafka(broker, unique_topic, group_protocol):
+    """With no authorizer, a Kafka broker grants every operation a resource type supports, and says
+    so when a describe asks (KIP-430). librdkafka decodes the bit fields into AclOperation sets; it
+    describes a classic group with DescribeGroups and a KIP-848 one with ConsumerGroupDescribe."""
+    from confluent_kafka import Consumer, TopicCollection
+    from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(unique_topic, num_partitions=1, replication_factor=1)])[
+        unique_topic
+    ].result(30)
+    group = f"{unique_topic}-group"
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": group, "group.protocol": group_protocol}
+    )
+    consumer.subscribe([unique_topic])
+    try:
+        assert _eventually(lambda: consumer.poll(0.2) is None and bool(consumer.assignment()))
+
+        cluster = admin.describe_cluster(include_authorized_operations=True, request_timeout=30).result(30)
+        assert set(cluster.authorized_operations) == {
+            AclOperation.CREATE,
+            AclOperation.CLUSTER_ACTION,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+            AclOperation.IDEMPOTENT_WRITE,
+            AclOperation.ALTER,
+            AclOperation.DESCRIBE,
+        }
+        topics = admin.describe_topics(
+            TopicCollection([unique_topic]), include_authorized_operations=True, request_timeout=30
+        )
+        assert set(topics[unique_topic].result(30).authorized_operations) == {
+            AclOperation.READ,
+            AclOperation.WRITE,
+            AclOperation.CREATE,
+            AclOperation.DESCRIBE,
+            AclOperation.DELETE,
+            AclOperation.ALTER,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+        }
+        described = admin.describe_consumer_groups([group], include_authorized_operations=True)[group].result(
+            30
+        )
+        assert set(described.authorized_operations) == {
+            AclOperation.READ,
+            AclOperation.DESCRIBE,
+            AclOperation.DELETE,
+        }
+        # Not asked for: librdkafka reports none.
+        plain = admin.describe_consumer_groups([group])[group].result(30)
+        assert not plain.authorized_operations
+    finally:
+        consumer.close()

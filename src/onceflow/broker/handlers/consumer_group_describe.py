@@ -1,13 +1,14 @@
 """ConsumerGroupDescribe (69): consumer-protocol groups (KIP-848) with their epochs, assignor, and each
 member's subscription, current and target assignment. A classic or unknown group answers
-GROUP_ID_NOT_FOUND (Kafka's answer; clients then use DescribeGroups). There are no ACLs here, so, as
-in DescribeGroups, authorized operations are always reported as not included.
+GROUP_ID_NOT_FOUND (Kafka's answer; clients then use DescribeGroups). Asked for, a described group's
+authorized operations are all a group supports (there is no authorizer), as in DescribeGroups.
 
 v1 (KIP-1099) only adds each member's type to the answer (the request is v0's): every member of
 these groups uses the consumer protocol (1); we have no classic members inside them (0)."""
 
 from __future__ import annotations
 
+from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.assignment import Assignment
 from onceflow.broker.group.consumer_groups import ConsumerGroup
@@ -24,7 +25,7 @@ _Group = ConsumerGroupDescribeResponse.DescribedGroup
 _Member = _Group.Member
 _Assignment = _Member.Assignment
 _TopicPartitions = _Assignment.TopicPartitions
-NOT_INCLUDED = -(2**31)  # Kafka's "authorized operations not included"
+NOT_INCLUDED = authorized_operations.NOT_REQUESTED
 CONSUMER_MEMBER = 1  # MemberType (v1): -1 unknown, 0 classic, 1 consumer
 
 
@@ -39,7 +40,7 @@ def _assignment(group: ConsumerGroup, parts: Assignment) -> _Assignment:
     )
 
 
-def _describe(group: ConsumerGroup) -> _Group:
+def _describe(group: ConsumerGroup, with_operations: bool) -> _Group:
     members = [
         _Member(
             member_id=m.member_id,
@@ -65,7 +66,7 @@ def _describe(group: ConsumerGroup) -> _Group:
         assignment_epoch=group.target_epoch,
         assignor_name=group.assignor,
         members=members,
-        authorized_operations=NOT_INCLUDED,
+        authorized_operations=authorized_operations.bitfield(authorized_operations.GROUP, with_operations),
     )
 
 
@@ -94,5 +95,5 @@ async def handle(ctx: RequestContext, request: ConsumerGroupDescribeRequest) -> 
         except KafkaError as exc:
             groups.append(_failed(group_id, error_code_for(exc), str(exc)))
             continue
-        groups.append(_describe(group))
+        groups.append(_describe(group, bool(request.include_authorized_operations)))
     return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=groups)

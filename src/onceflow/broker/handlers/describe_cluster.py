@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
+from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
 from onceflow.protocol.errors import ErrorCode
 
@@ -13,20 +14,37 @@ MAX_VERSION = 2
 REQUEST = DescribeClusterRequest
 
 ENDPOINT_BROKERS = 1
+ENDPOINT_CONTROLLERS = 2
+
+
+def _refused(ctx: RequestContext, request: DescribeClusterRequest, code: ErrorCode, message: str):
+    return DescribeClusterResponse(
+        throttle_time_ms=0,
+        error_code=int(code),
+        error_message=message,
+        endpoint_type=request.endpoint_type,
+        cluster_id=ctx.services.cluster_id,
+        controller_id=-1,
+        brokers=[],
+    )
 
 
 async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     services = ctx.services
+    if ctx.api_version >= 1 and request.endpoint_type not in (ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS):
+        return _refused(
+            ctx,
+            request,
+            ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+            f"unsupported endpoint type {request.endpoint_type}",
+        )
     if ctx.api_version >= 1 and request.endpoint_type != ENDPOINT_BROKERS:
         # A broker only answers for broker endpoints; controller endpoints come from a controller.
-        return DescribeClusterResponse(
-            throttle_time_ms=0,
-            error_code=int(ErrorCode.MISMATCHED_ENDPOINT_TYPE),
-            error_message="this endpoint is a broker; it describes broker endpoints only",
-            endpoint_type=request.endpoint_type,
-            cluster_id=services.cluster_id,
-            controller_id=-1,
-            brokers=[],
+        return _refused(
+            ctx,
+            request,
+            ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+            "this endpoint is a broker; it describes broker endpoints only",
         )
     broker = DescribeClusterResponse.DescribeClusterBroker(
         broker_id=ctx.config.node_id,
@@ -43,4 +61,7 @@ async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> Descri
         cluster_id=services.cluster_id,
         controller_id=ctx.config.node_id,
         brokers=[broker],
+        authorized_operations=authorized_operations.reported(
+            authorized_operations.CLUSTER, bool(request.include_cluster_authorized_operations)
+        ),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
 
+from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
@@ -15,11 +16,10 @@ REQUEST = DescribeGroupsRequest
 
 _Group = DescribeGroupsResponse.DescribedGroup
 _Member = _Group.DescribedGroupMember
-# Kafka's "authorized operations not requested" marker.
-_NOT_REQUESTED = None  # kafka-python encodes None as the -2^31 sentinel
+_NOT_REQUESTED = None  # kafka-python encodes None as the -2^31 marker
 
 
-def _describe(ctx: RequestContext, group_id: str) -> _Group:
+def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -> _Group:
     if no_coordinator(ctx):
         return _Group(
             error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
@@ -61,11 +61,13 @@ def _describe(ctx: RequestContext, group_id: str) -> _Group:
             )
             for m in d.members
         ],
-        authorized_operations=_NOT_REQUESTED,
+        # Only a group described without an error gets its operations (v3+), as in Kafka.
+        authorized_operations=authorized_operations.reported(authorized_operations.GROUP, with_operations),
     )
 
 
 async def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    with_operations = ctx.api_version >= 3 and bool(request.include_authorized_operations)
     return DescribeGroupsResponse(
-        throttle_time_ms=0, groups=[_describe(ctx, g) for g in request.groups or []]
+        throttle_time_ms=0, groups=[_describe(ctx, g, with_operations) for g in request.groups or []]
     )

@@ -11,6 +11,7 @@ import logging
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
 from onceflow.broker.topics import INTERNAL_TOPICS, Topic, validate_topic_name
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
@@ -88,6 +89,12 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
                     topics.append(topic_metadata(ctx, topic))
             else:
                 topics.append(_lookup_or_create(ctx, wanted.name, allow_auto_create))
+    if version >= 8 and request.include_topic_authorized_operations:
+        # Every topic of the answer, unknown ones included, as Kafka fills them in.
+        for topic_data in topics:
+            topic_data.authorized_operations = authorized_operations.reported(
+                authorized_operations.TOPIC, True
+            )
     services = ctx.services
     return MetadataResponse(
         throttle_time_ms=0,
@@ -102,5 +109,10 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
         cluster_id=services.cluster_id,
         controller_id=ctx.config.node_id,
         topics=topics,
+        # v8-10 (later versions ask DescribeCluster instead).
+        authorized_operations=authorized_operations.reported(
+            authorized_operations.CLUSTER,
+            8 <= version <= 10 and bool(request.include_cluster_authorized_operations),
+        ),
         error_code=0,
     )
