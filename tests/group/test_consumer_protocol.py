@@ -205,6 +205,9 @@ def test_epoch_rules():
         ({"subscribed_topic_names": None}, ErrorCode.INVALID_REQUEST),
         ({"server_assignor": "sticky"}, ErrorCode.UNSUPPORTED_ASSIGNOR),
         ({"subscribed_topic_regex": "t("}, ErrorCode.INVALID_REGULAR_EXPRESSION),
+        # RE2/J syntax, as Kafka: no lookaround or backreferences (Python's re would accept these).
+        ({"subscribed_topic_regex": "(?!internal).*"}, ErrorCode.INVALID_REGULAR_EXPRESSION),
+        ({"subscribed_topic_regex": r"(t)\1"}, ErrorCode.INVALID_REGULAR_EXPRESSION),
     ],
 )
 def test_bad_join_requests(request_kw, code):
@@ -278,6 +281,14 @@ def test_new_partitions_and_new_topics_of_a_regex_bump_the_group_epoch():
     assert a.pairs(after.assignment) == {(h.id("orders-a"), 0), (h.id("orders-a"), 1)} | {
         (h.id("orders-b"), p) for p in (0, 1)
     }
+
+
+def test_a_regex_that_backtracks_exponentially_is_matched_in_linear_time():
+    """``(a+)+b`` against a name of 60 a's: a backtracking matcher tries ~2^60 ways and the broker's
+    one event loop would never answer this heartbeat (or any other); RE2 answers at once."""
+    h = Harness(**{"a" * 60: 1, "aab": 1})
+    result = h.join("m1", topics=None, subscribed_topic_regex="(a+)+b")
+    assert result.assignment == {h.id("aab"): frozenset({0})}
 
 
 def test_a_static_member_keeps_its_partitions_across_a_restart():

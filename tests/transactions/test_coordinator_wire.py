@@ -275,6 +275,13 @@ def test_describe_and_list_transactions_and_state_survives_a_restart(tmp_path):
             assert list(listed.unknown_state_filters) == ["Bogus"]
             by_pid = await client.request(wire.list_txns(pids=[pid + 1000]), 1)
             assert by_pid.transaction_states == []
+            # v2 (KIP-1152): an RE2 pattern matching whole ids; what RE2/J refuses is refused here too.
+            for pattern, ids in (("tid-.*", ["tid-h"]), ("tid", []), ("tid-[gh]", ["tid-h"])):
+                found = await client.request(wire.list_txns(pattern=pattern), 2)
+                assert (found.error_code, [t.transactional_id for t in found.transaction_states]) == (0, ids)
+            for bad in ("tid-(", "tid-(?=h).*"):
+                refused = await client.request(wire.list_txns(pattern=bad), 2)
+                assert refused.error_code == E.INVALID_REGULAR_EXPRESSION
             await client.request(wire.end_txn("tid-h", pid, epoch, True), 3)
             await client.close()
         async with running_broker(tmp_path) as broker:

@@ -188,10 +188,10 @@ def describe(ids: list[str]):
     return DescribeTransactionsRequest(transactional_ids=ids)
 
 
-def list_txns(states=(), pids=(), duration=-1):
+def list_txns(states=(), pids=(), duration=-1, pattern=None):
     return ListTransactionsRequest(
         state_filters=list(states),
         producer_id_filters=list(pids),
         duration_filter=duration,
-        transactional_id_pattern=None,
+        transactional_id_pattern=pattern,
     )

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -33,6 +32,7 @@ from onceflow.broker.group import consumer_group_records as rec
 from onceflow.broker.group.assignment import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment
 from onceflow.broker.group.reconciliation import MemberAssignment, MemberState, next_assignment
 from onceflow.broker.group.scheduler import Scheduler, TimerHandle
+from onceflow.broker.patterns import compile_pattern
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -293,13 +293,7 @@ class ConsumerGroups:
                 f"ServerAssignor {req.server_assignor} is not supported.", E.UNSUPPORTED_ASSIGNOR
             )
         if req.subscribed_topic_regex:
-            try:
-                re.compile(req.subscribed_topic_regex)
-            except re.error as exc:
-                raise KafkaError(
-                    f"SubscribedTopicRegex {req.subscribed_topic_regex!r} is not valid: {exc}",
-                    E.INVALID_REGULAR_EXPRESSION,
-                ) from None
+            compile_pattern(req.subscribed_topic_regex, "SubscribedTopicRegex")
 
     def _leave(self, group: ConsumerGroup | None, req: HeartbeatRequest) -> HeartbeatResult:
         member = group.members.get(req.member_id) if group is not None else None
@@ -416,7 +410,7 @@ class ConsumerGroups:
     def _member_topics(self, member: ConsumerMember, all_names: list[str] | None) -> set[str]:
         names = set(member.subscribed_topic_names)
         if member.subscribed_topic_regex and all_names is not None:
-            pattern = re.compile(member.subscribed_topic_regex)
+            pattern = compile_pattern(member.subscribed_topic_regex, "SubscribedTopicRegex")
             names.update(n for n in all_names if pattern.fullmatch(n))
         return names
 

@@ -1,13 +1,13 @@
 """ListTransactions (66, KIP-664): transactional ids by state, producer id and (v1+) minimum running
-duration. The v2 ``transactional_id_pattern`` filter (a regular expression, KIP-1152) is applied here."""
+duration. The v2 ``transactional_id_pattern`` filter (KIP-1152: an RE2 regular expression matching whole
+ids, as Kafka's RE2/J one; an invalid one is INVALID_REGULAR_EXPRESSION) is applied here."""
 
 from __future__ import annotations
-
-import re
 
 from kafka.protocol.admin import ListTransactionsRequest, ListTransactionsResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.patterns import compile_pattern
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 66
@@ -33,9 +33,9 @@ async def handle(ctx: RequestContext, request: ListTransactionsRequest) -> ListT
     duration = request.duration_filter if ctx.api_version >= 1 else -1
     pattern = request.transactional_id_pattern if ctx.api_version >= 2 else None
     try:
-        matcher = re.compile(pattern) if pattern else None
-    except re.error:
-        return _response(ErrorCode.INVALID_REQUEST)
+        matcher = compile_pattern(pattern, "TransactionalIdPattern") if pattern else None
+    except KafkaError as exc:
+        return _response(error_code_for(exc))
     try:
         result = ctx.transactions.coordinator.list_transactions(
             request.state_filters or [], request.producer_id_filters or [], duration
