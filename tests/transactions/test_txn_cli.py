@@ -50,6 +50,15 @@ def test_list_and_describe_an_ongoing_transaction(broker):
     assert code == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in output
 
 
+def test_list_filters_by_transactional_id_pattern(broker):
+    for tid in ("cli-pat-orders", "cli-pat-audit"):
+        request(broker, wire.init_producer_id(tid), 4)
+    code, output = txn_cli(broker, "list", "--transactional-id-pattern", "cli-pat-o.*")
+    assert code == 0 and "cli-pat-orders" in output and "cli-pat-audit" not in output
+    code, output = txn_cli(broker, "list", "--transactional-id-pattern", "cli-pat-(?!audit).*")
+    assert code == 1 and "INVALID_REGULAR_EXPRESSION" in output
+
+
 def test_find_hanging_and_abort_moves_the_lso(broker):
     # A hanging transaction: data written while no coordinator checked it (as after a lost
     # coordinator state), so no coordinator will ever write its marker.

@@ -39,7 +39,7 @@ def _check(code: int, what: str) -> None:
         raise KafkaError(f"{what}: {ErrorCode(code).name}", code)
 
 
-async def _list(bootstrap: str, states, pids, duration_ms: int):
+async def _list(bootstrap: str, states, pids, duration_ms: int, pattern: str | None = None):
     conn = await _connect(bootstrap)
     try:
         resp = await conn.send(
@@ -47,7 +47,7 @@ async def _list(bootstrap: str, states, pids, duration_ms: int):
                 state_filters=list(states),
                 producer_id_filters=list(pids),
                 duration_filter=duration_ms,
-                transactional_id_pattern=None,
+                transactional_id_pattern=pattern,
             )
         )
     finally:
@@ -170,11 +170,16 @@ def txn():
 @click.option("--state", "states", multiple=True, help="Only these states (Ongoing, PrepareCommit, ...).")
 @click.option("--producer-id", "pids", multiple=True, type=int, help="Only these producer ids.")
 @click.option("--min-duration-ms", default=-1, type=int, help="Only transactions running longer than this.")
+@click.option(
+    "--transactional-id-pattern",
+    "pattern",
+    help="Only transactional ids this regular expression matches whole (RE2 syntax, as Kafka's).",
+)
 @bootstrap_option
-def list_(states, pids, min_duration_ms, bootstrap):
+def list_(states, pids, min_duration_ms, pattern, bootstrap):
     """List transactional ids and their states."""
     with friendly_errors(bootstrap):
-        resp = asyncio.run(_list(bootstrap, states, pids, min_duration_ms))
+        resp = asyncio.run(_list(bootstrap, states, pids, min_duration_ms, pattern))
     for unknown in resp.unknown_state_filters:
         out.print(f"unknown state filter: {unknown}")
     table = Table()
