@@ -248,3 +248,52 @@ def test_metadata_reports_authorized_operations_when_asked(tmp_path):
             await client.close()
 
     run(scenario())
+
+
+def test_requests_over_kafkas_metadata_record_limit_are_refused_whole(tmp_path):
+    """Kafka's controller writes a record per topic, partition and config override and refuses a
+    request needing more than 10,000 (POLICY_VIOLATION for every topic, nothing created). Without the
+    limit a partition count near 2^31 kept the broker's one event loop busy creating directories."""
+
+    async def scenario():
+        async with running_broker(tmp_path) as broker:
+            client = await RawClient.connect(broker.port)
+            response = await client.request(
+                create_request(creatable("small", 1), creatable("huge", 2**31 - 1)), 5
+            )
+            assert [(t.name, t.error_code) for t in response.topics] == [
+                ("small", ErrorCode.POLICY_VIOLATION),
+                ("huge", ErrorCode.POLICY_VIOLATION),
+            ]
+            assert broker.topics.get("small") is None and broker.topics.get("huge") is None
+            # The boundary: 1 topic record + 9,999 partitions fit; one config override more does not.
+            response = await client.request(create_request(creatable("edge", 9_999), validate_only=True), 5)
+            assert response.topics[0].error_code == 0
+            response = await client.request(
+                create_request(
+                    creatable("edge", 9_999, configs={"retention.ms": "1000"}), validate_only=True
+                ),
+                5,
+            )
+            assert response.topics[0].error_code == ErrorCode.POLICY_VIOLATION
+            # A topic refused for another reason adds no records.
+            response = await client.request(
+                create_request(creatable("edge", 9_999), creatable("bad/name", 5), validate_only=True), 5
+            )
+            assert [t.error_code for t in response.topics] == [0, ErrorCode.INVALID_TOPIC_EXCEPTION]
+
+            broker.topics.create_topic("t", 1)
+            P = CreatePartitionsRequest.CreatePartitionsTopic
+            grow = CreatePartitionsRequest(
+                topics=[P(name="t", count=10_002, assignments=None)], timeout_ms=1000, validate_only=False
+            )
+            response = await client.request(grow, 3)
+            assert response.results[0].error_code == ErrorCode.POLICY_VIOLATION
+            assert len(broker.topics.get("t").partitions) == 1
+            grow = CreatePartitionsRequest(  # 10,000 new partitions: allowed (asked as a dry run)
+                topics=[P(name="t", count=10_001, assignments=None)], timeout_ms=1000, validate_only=True
+            )
+            assert (await client.request(grow, 3)).results[0].error_code == 0
+            await client.close()
+
+    run(scenario())

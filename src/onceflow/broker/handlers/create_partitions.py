@@ -1,10 +1,13 @@
-"""CreatePartitions (37): grow topics to a larger partition count (Kafka never shrinks a topic)."""
+"""CreatePartitions (37): grow topics to a larger partition count (Kafka never shrinks a topic). As in
+Kafka, a request adding more than 10,000 partitions in all is refused whole with POLICY_VIOLATION
+(see :mod:`onceflow.broker.handlers.create_topics`)."""
 
 from __future__ import annotations
 
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.handlers.create_topics import MAX_RECORDS_PER_USER_OP, TOO_LARGE_MESSAGE
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 37
@@ -33,7 +36,22 @@ def _grow(ctx: RequestContext, topic, validate_only: bool) -> None:
     ctx.topics.create_partitions(topic.name, topic.count, validate_only=validate_only)
 
 
+def _new_partitions(ctx: RequestContext, request: CreatePartitionsRequest) -> int:
+    total = 0
+    for topic in request.topics:
+        current = ctx.topics.get(topic.name)
+        if current is not None and topic.count > len(current.partitions):
+            total += topic.count - len(current.partitions)
+    return total
+
+
 async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+    if _new_partitions(ctx, request) > MAX_RECORDS_PER_USER_OP:
+        results = [
+            _Result(name=t.name, error_code=int(ErrorCode.POLICY_VIOLATION), error_message=TOO_LARGE_MESSAGE)
+            for t in request.topics
+        ]
+        return CreatePartitionsResponse(throttle_time_ms=0, results=results)
     names = [t.name for t in request.topics]
     results = []
     for topic in request.topics:

@@ -2,6 +2,11 @@
 
 One broker: the replication factor must be -1 (the default) or 1, and manual assignments may only
 name this broker.
+
+Kafka's controller writes one metadata record per topic, partition and config override, and refuses
+a request that would take more than ``MAX_RECORDS_PER_USER_OP`` (10,000) of them: every topic of it
+gets POLICY_VIOLATION and none is created. So does this broker (CreatePartitions too), which would
+otherwise spend minutes creating a partition count near 2^31 on its only event loop and fill the disk.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ API_KEY = 19
 MIN_VERSION = 2
 MAX_VERSION = 7
 REQUEST = CreateTopicsRequest
+
+MAX_RECORDS_PER_USER_OP = 10_000
+TOO_LARGE_MESSAGE = "Unable to perform excessively large batch operation."
 
 _Result = CreateTopicsResponse.CreatableTopicResult
 _Config = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
@@ -87,7 +95,7 @@ def _failed(name: str, code: ErrorCode, message: str | None) -> _Result:
     )
 
 
-async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+def _create_all(ctx: RequestContext, request: CreateTopicsRequest, validate_only: bool) -> list[_Result]:
     names = [t.name for t in request.topics]
     results = []
     for topic in request.topics:
@@ -97,7 +105,28 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
             )
             continue
         try:
-            results.append(_create(ctx, topic, request.validate_only))
+            results.append(_create(ctx, topic, validate_only))
         except KafkaError as exc:
             results.append(_failed(topic.name, error_code_for(exc), str(exc)))
+    return results
+
+
+def _metadata_records(request: CreateTopicsRequest, checked: list[_Result]) -> int:
+    """The records Kafka's controller would write for the topics that pass: a topic record, one per
+    partition and one per config override."""
+    return sum(
+        1 + result.num_partitions + len(topic.configs)
+        for topic, result in zip(request.topics, checked, strict=True)
+        if result.error_code == 0
+    )
+
+
+async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    checked = _create_all(ctx, request, validate_only=True)
+    if _metadata_records(request, checked) > MAX_RECORDS_PER_USER_OP:
+        results = [_failed(t.name, ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE) for t in request.topics]
+    elif request.validate_only:
+        results = checked
+    else:
+        results = _create_all(ctx, request, validate_only=False)
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
