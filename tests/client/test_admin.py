@@ -146,7 +146,11 @@ def test_alter_and_delete_groups_only_while_a_group_has_no_members(broker):
         assert err.value.code == ErrorCode.GROUP_ID_NOT_FOUND
 
 
-def test_list_group_offsets_require_stable_leaves_out_a_commit_pending_in_a_transaction(broker):
+@pytest.mark.parametrize("max_version", [7, 9], ids=["OffsetFetch-v7", "OffsetFetch-v9-groups"])
+def test_list_group_offsets_require_stable_leaves_out_a_commit_pending_in_a_transaction(
+    broker, monkeypatch, max_version
+):
+    monkeypatch.setattr("onceflow.client.admin._OFFSET_FETCH_MAX_VERSION", max_version)
     topic, group = topic_name("admin-stable"), topic_name("admin-stable-g")
     p0, p1 = TP(topic, 0), TP(topic, 1)
     with AdminClient(broker.bootstrap) as admin:

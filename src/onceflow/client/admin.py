@@ -32,7 +32,6 @@ from onceflow.client.connection import Connection
 from onceflow.client.consumer.assignors import decode_assignment
 from onceflow.client.consumer.coordinator import (
     OFFSET_COMMIT_MAX_VERSION,
-    OFFSET_FETCH_MAX_VERSION,
     capped_version,
     find_coordinator,
     offset_commit_topics,
@@ -45,12 +44,34 @@ from onceflow.protocol.messages import ConsumerGroupDescribeRequest
 _TOPIC_RESOURCE = 2
 _TXN_KEY_TYPE = 1
 _OP_SET, _OP_DELETE = 0, 1
+_OFFSET_FETCH_MAX_VERSION = 9  # v10 names topics by id
 
 
 def _check(code: int, what: str, message: str | None = None) -> None:
     if code != ErrorCode.NONE:
         error = ErrorCode(code)
         raise KafkaError(f"{what}: {error.name}" + (f" ({message})" if message else ""), error)
+
+
+def _offset_fetch(
+    group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
+) -> OffsetFetchRequest:
+    """One group's OffsetFetch in both forms: v1-7 name the group, v8+ a batch of groups (Kafka's
+    admin sends that; Tansu misreads a v7 request for all topics)."""
+    group = OffsetFetchRequest.OffsetFetchRequestGroup
+    return OffsetFetchRequest(
+        group_id=group_id,
+        topics=None if partitions is None else offset_fetch_topics(partitions),
+        groups=[
+            group(
+                group_id=group_id,
+                topics=None
+                if partitions is None
+                else offset_fetch_topics(partitions, group.OffsetFetchRequestTopics),
+            )
+        ],
+        require_stable=require_stable,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,14 +367,12 @@ class AsyncAdminClient:
         whose commit is pending in an open transaction (the coordinator answers
         UNSTABLE_OFFSET_COMMIT); without it those show their last committed offset."""
         conn = await self._coordinator(group_id)
-        topics = None if partitions is None else offset_fetch_topics(partitions)
-        response = await conn.send(
-            OffsetFetchRequest(group_id=group_id, topics=topics, require_stable=require_stable),
-            version=capped_version(conn, OffsetFetchRequest, OFFSET_FETCH_MAX_VERSION),
-        )
-        _check(getattr(response, "error_code", 0) or 0, f"list offsets of group {group_id!r}")
+        version = capped_version(conn, OffsetFetchRequest, _OFFSET_FETCH_MAX_VERSION)
+        response = await conn.send(_offset_fetch(group_id, partitions, require_stable), version=version)
+        answer = response.groups[0] if version >= 8 else response
+        _check(getattr(answer, "error_code", 0) or 0, f"list offsets of group {group_id!r}")
         result = {}
-        for t in response.topics:
+        for t in answer.topics:
             for p in t.partitions:
                 if require_stable and p.error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT:
                     continue

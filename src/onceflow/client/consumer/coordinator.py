@@ -29,7 +29,7 @@ from onceflow.protocol.errors import ErrorCode, KafkaError
 log = logging.getLogger(__name__)
 
 OFFSET_COMMIT_MAX_VERSION = 9  # v10 names topics by id
-OFFSET_FETCH_MAX_VERSION = 7  # v8+ batches groups; v7 has require_stable (KIP-447)
+_OFFSET_FETCH_MAX_VERSION = 7  # v8+ batches groups; v7 has require_stable (KIP-447)
 _GROUP_KEY_TYPE = 0
 _STALE_EPOCH_RETRIES = 3
 # The membership moved on: the partitions may be another member's now.
@@ -79,14 +79,15 @@ def offset_commit_topics(offsets: Mapping[TopicPartition, tuple[int, str | None]
     return [OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
 
 
-def offset_fetch_topics(partitions: Iterable[TopicPartition]) -> list:
-    """OffsetFetch's topics naming ``partitions``."""
+def offset_fetch_topics(
+    partitions: Iterable[TopicPartition], topic_type=OffsetFetchRequest.OffsetFetchRequestTopic
+) -> list:
+    """OffsetFetch's topics naming ``partitions`` (v8+ groups take
+    ``OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics``)."""
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return [
-        OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic.items()
-    ]
+    return [topic_type(name=t, partition_indexes=ps) for t, ps in by_topic.items()]
 
 
 async def find_coordinator(
@@ -232,7 +233,7 @@ class GroupCoordinatorBase:
         )
         deadline = time.monotonic() + self.config.request_timeout_ms / 1000
         while True:
-            response = await self._send(request, OFFSET_FETCH_MAX_VERSION)
+            response = await self._send(request, _OFFSET_FETCH_MAX_VERSION)
             retry = ErrorCode(getattr(response, "error_code", 0) or 0)
             result: dict[TopicPartition, tuple[int, str | None] | None] = {}
             for topic in response.topics:
