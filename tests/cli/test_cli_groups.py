@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 from tests.conftest import topic_name
-from tests.helpers.broker import BrokerProcess, free_port
+from tests.helpers.broker import free_port
 
 from onceflow.cli.main import cli
 from onceflow.client import AdminClient, Consumer, Producer
@@ -24,19 +24,8 @@ PLAN_TITLE = "plan (use --execute to commit) for "
 
 
 @pytest.fixture(scope="module")
-def bootstrap(tmp_path_factory):
-    proc = BrokerProcess(
-        tmp_path_factory.mktemp("groups-cli"),
-        extra_args=[
-            "--config",
-            "group.initial.rebalance.delay.ms=0",  # a classic group forms at once
-            "--config",
-            "group.consumer.heartbeat.interval.ms=200",  # consumer-protocol members reconcile quickly
-        ],
-    )
-    proc.start()
-    yield proc.bootstrap
-    proc.stop()
+def bootstrap(group_broker):
+    return group_broker.bootstrap
 
 
 @pytest.fixture(autouse=True)
