@@ -13,7 +13,6 @@ import time
 import pytest
 from click.testing import CliRunner
 from tests.conftest import topic_name
-from tests.helpers.broker import BrokerProcess
 
 from onceflow.cli.main import cli
 from onceflow.client import Producer
@@ -22,22 +21,6 @@ from onceflow.client.simple import SimpleClient
 
 PARTITIONS = 3
 PER_PARTITION = 10
-
-
-@pytest.fixture(scope="module")
-def group_broker(tmp_path_factory):
-    proc = BrokerProcess(
-        tmp_path_factory.mktemp("consume-group"),
-        extra_args=[
-            "--config",
-            "group.initial.rebalance.delay.ms=0",  # a classic group forms at once
-            "--config",
-            "group.consumer.heartbeat.interval.ms=200",  # consumer-protocol members reconcile quickly
-        ],
-    )
-    proc.start()
-    yield proc
-    proc.stop()
 
 
 def onceflow(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

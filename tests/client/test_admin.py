@@ -7,7 +7,9 @@ import asyncio
 import pytest
 from tests.conftest import topic_name
 
-from onceflow.client import AdminClient, AsyncConsumer
+from onceflow.client import AdminClient, AsyncAdminClient, AsyncConsumer, Producer
+from onceflow.client.admin import GroupListing
+from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from onceflow.client.consumer import OffsetAndMetadata
 from onceflow.client.consumer import TopicPartition as TP
 from onceflow.protocol.errors import ErrorCode, KafkaError
@@ -68,11 +70,100 @@ def test_groups_list_describe_offsets_delete(broker):
         assert [m.member_id for m in described.members] == [member_id]
         assert sorted(described.members[0].assignment) == [TP(topic, 0), TP(topic, 1)]
         asyncio.run(member_commits_then_leaves())
-        assert (group, "consumer") in admin.list_groups()
+        assert GroupListing(group, "consumer", "Empty", "classic") in admin.list_groups()
         # The first member auto-committed its positions (0) on close; the second overwrote partition 0.
         assert admin.list_group_offsets(group) == {
             TP(topic, 0): OffsetAndMetadata(0, "m"),
             TP(topic, 1): OffsetAndMetadata(0, ""),
         }
         admin.delete_group(group)
-        assert group not in [g for g, _ in admin.list_groups()]
+        assert group not in [g.group_id for g in admin.list_groups()]
+
+
+def test_list_offsets_of_the_log_start_the_log_end_and_a_timestamp(broker):
+    topic = topic_name("admin-lo")
+    p0, p1 = TP(topic, 0), TP(topic, 1)
+    with AdminClient(broker.bootstrap) as admin:
+        admin.create_topic(topic, partitions=2)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        try:
+            for i in range(4):
+                producer.send(topic, value=b"v", partition=0, timestamp_ms=1000 * (i + 1))
+            producer.flush()
+        finally:
+            producer.close()
+        admin.delete_records({p0: 1})
+        assert admin.list_offsets({p0: EARLIEST_TIMESTAMP, p1: EARLIEST_TIMESTAMP}) == {p0: 1, p1: 0}
+        assert admin.list_offsets({p0: LATEST_TIMESTAMP, p1: LATEST_TIMESTAMP}) == {p0: 4, p1: 0}
+        # specs may differ per partition; a timestamp finds the first record at or after it
+        assert admin.list_offsets({p0: 2500, p1: LATEST_TIMESTAMP}) == {p0: 2, p1: 0}
+        with pytest.raises(KafkaError) as err:
+            admin.list_offsets({TP(topic_name("admin-lo-missing"), 0): LATEST_TIMESTAMP})
+        assert err.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_alter_and_delete_groups_only_while_a_group_has_no_members(broker):
+    topic, group, missing = topic_name("admin-alter"), topic_name("admin-alter-g"), topic_name("admin-none")
+    p0, p1 = TP(topic, 0), TP(topic, 1)
+    with AdminClient(broker.bootstrap) as admin:
+        admin.create_topic(topic, partitions=2)
+        # a group that does not exist is created by the commit, Empty and with no protocol type
+        admin.alter_group_offsets(group, {p0: 5, p1: OffsetAndMetadata(7, "note")})
+        assert admin.list_group_offsets(group) == {p0: OffsetAndMetadata(5), p1: OffsetAndMetadata(7, "note")}
+        assert GroupListing(group, "", "Empty", "classic") in admin.list_groups()
+        admin.alter_group_offsets(group, {p0: 2})  # the other partition keeps its offset
+        assert admin.list_group_offsets(group) == {p0: OffsetAndMetadata(2), p1: OffsetAndMetadata(7, "note")}
+
+    async def while_a_member_is_in():
+        async with (
+            AsyncConsumer(
+                topic,
+                bootstrap_servers=broker.bootstrap,
+                group_id=group,
+                group_protocol="consumer",
+                enable_auto_commit=False,
+            ) as consumer,
+            AsyncAdminClient(broker.bootstrap) as admin,
+        ):
+            await consumer.getmany(timeout_ms=200)  # joined
+            with pytest.raises(KafkaError) as refused:
+                await admin.alter_group_offsets(group, {p0: 0})
+            return refused.value.code, await admin.delete_groups([group, missing, group])
+
+    refused, deleted = asyncio.run(while_a_member_is_in())
+    assert refused == ErrorCode.UNKNOWN_MEMBER_ID
+    # one answer per group, in the order asked, each group asked once
+    assert list(deleted.items()) == [
+        (group, ErrorCode.NON_EMPTY_GROUP),
+        (missing, ErrorCode.GROUP_ID_NOT_FOUND),
+    ]
+    with AdminClient(broker.bootstrap) as admin:
+        assert admin.list_group_offsets(group) == {p0: OffsetAndMetadata(2), p1: OffsetAndMetadata(7, "note")}
+        assert admin.delete_groups([group]) == {group: ErrorCode.NONE}
+        assert admin.list_group_offsets(group) == {}
+        with pytest.raises(KafkaError) as err:
+            admin.delete_group(group)
+        assert err.value.code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+@pytest.mark.parametrize("max_version", [7, 9], ids=["OffsetFetch-v7", "OffsetFetch-v9-groups"])
+def test_list_group_offsets_require_stable_leaves_out_a_commit_pending_in_a_transaction(
+    broker, monkeypatch, max_version
+):
+    monkeypatch.setattr("onceflow.client.admin._OFFSET_FETCH_MAX_VERSION", max_version)
+    topic, group = topic_name("admin-stable"), topic_name("admin-stable-g")
+    p0, p1 = TP(topic, 0), TP(topic, 1)
+    with AdminClient(broker.bootstrap) as admin:
+        admin.create_topic(topic, partitions=2)
+        admin.alter_group_offsets(group, {p0: 1, p1: 1})
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"admin-{group}"})
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction({(topic, 0): 3}, group)
+            assert admin.list_group_offsets(group) == {p0: OffsetAndMetadata(1), p1: OffsetAndMetadata(1)}
+            assert admin.list_group_offsets(group, require_stable=True) == {p1: OffsetAndMetadata(1)}
+            producer.commit_transaction()
+        finally:
+            producer.close()
+        assert admin.list_group_offsets(group, [p0], require_stable=True) == {p0: OffsetAndMetadata(3)}

@@ -24,12 +24,19 @@ from kafka.protocol.admin import (
     ListGroupsRequest,
     ListTransactionsRequest,
 )
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.producer import WriteTxnMarkersRequest
 
 from onceflow.client.async_client import AsyncClient, ClusterMetadata, TopicInfo
 from onceflow.client.connection import Connection
 from onceflow.client.consumer.assignors import decode_assignment
-from onceflow.client.consumer.coordinator import find_coordinator
+from onceflow.client.consumer.coordinator import (
+    OFFSET_COMMIT_MAX_VERSION,
+    capped_version,
+    find_coordinator,
+    offset_commit_topics,
+    offset_fetch_topics,
+)
 from onceflow.client.consumer.structs import OffsetAndMetadata, TopicPartition
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnsupportedVersion
 from onceflow.protocol.messages import ConsumerGroupDescribeRequest
@@ -37,12 +44,42 @@ from onceflow.protocol.messages import ConsumerGroupDescribeRequest
 _TOPIC_RESOURCE = 2
 _TXN_KEY_TYPE = 1
 _OP_SET, _OP_DELETE = 0, 1
+_OFFSET_FETCH_MAX_VERSION = 9  # v10 names topics by id
 
 
 def _check(code: int, what: str, message: str | None = None) -> None:
     if code != ErrorCode.NONE:
         error = ErrorCode(code)
         raise KafkaError(f"{what}: {error.name}" + (f" ({message})" if message else ""), error)
+
+
+def _offset_fetch(
+    group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
+) -> OffsetFetchRequest:
+    """One group's OffsetFetch in both forms: v1-7 name the group, v8+ a batch of groups (Kafka's
+    admin sends that; Tansu misreads a v7 request for all topics)."""
+    group = OffsetFetchRequest.OffsetFetchRequestGroup
+    return OffsetFetchRequest(
+        group_id=group_id,
+        topics=None if partitions is None else offset_fetch_topics(partitions),
+        groups=[
+            group(
+                group_id=group_id,
+                topics=None
+                if partitions is None
+                else offset_fetch_topics(partitions, group.OffsetFetchRequestTopics),
+            )
+        ],
+        require_stable=require_stable,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str  # "consumer" for consumers' groups; "" for a group only ever committed to
+    state: str  # "" from a broker older than ListGroups v4
+    group_type: str  # "classic" or "consumer" (KIP-848); "" from a broker older than ListGroups v5
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,17 +251,38 @@ class AsyncAdminClient:
         for result in response.results:
             _check(result.error_code, f"create partitions of {topic!r}", result.error_message)
 
+    async def list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """ListOffsets to each partition's leader: per partition, the offset of the first record at
+        or after a timestamp, or for ``EARLIEST_TIMESTAMP`` (-2) the log start and for
+        ``LATEST_TIMESTAMP`` (-1) the log end (both in :mod:`onceflow.client.async_client`)."""
+        by_request: dict[tuple[str, int], list[int]] = {}
+        for tp, timestamp in specs.items():
+            by_request.setdefault((tp.topic, timestamp), []).append(tp.partition)
+        offsets = {}
+        for (topic, timestamp), partitions in by_request.items():
+            found = await self._client.list_offsets(topic, partitions, timestamp=timestamp)
+            offsets.update({TopicPartition(topic, p): offset for p, offset in found.items()})
+        return offsets
+
     # -- groups ----------------------------------------------------------------------------------
 
-    async def list_groups(self) -> list[tuple[str, str]]:
-        """``(group_id, protocol_type)`` of every group on every broker."""
+    async def list_groups(self) -> list[GroupListing]:
+        """Every group on every broker (ListGroups to each), sorted by group id."""
         metadata = await self._client.metadata([])
         groups = []
         for host, port in metadata.brokers.values():
             response = await (await self._conn_to(host, port)).send(ListGroupsRequest())
             _check(response.error_code, "list groups")
-            groups += [(g.group_id, g.protocol_type) for g in response.groups]
-        return sorted(groups)
+            groups += [
+                GroupListing(
+                    g.group_id,
+                    g.protocol_type,
+                    getattr(g, "group_state", None) or "",
+                    getattr(g, "group_type", None) or "",
+                )
+                for g in response.groups
+            ]
+        return sorted(groups, key=lambda g: g.group_id)
 
     async def describe_group(self, group_id: str) -> GroupDescription:
         """A consumer-protocol group (KIP-848) as ConsumerGroupDescribe tells it (epochs, assignor,
@@ -298,28 +356,26 @@ class AsyncAdminClient:
         )
 
     async def list_group_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None = None
+        self,
+        group_id: str,
+        partitions: list[TopicPartition] | None = None,
+        *,
+        require_stable: bool = False,
     ) -> dict[TopicPartition, OffsetAndMetadata]:
-        from kafka.protocol.consumer import OffsetFetchRequest
-
+        """The group's committed offsets (of ``partitions``, or all), leaving out partitions with
+        none. ``require_stable`` (KIP-447, as Kafka's ``requireStable``): also leave out partitions
+        whose commit is pending in an open transaction (the coordinator answers
+        UNSTABLE_OFFSET_COMMIT); without it those show their last committed offset."""
         conn = await self._coordinator(group_id)
-        topics = None
-        if partitions is not None:
-            by_topic: dict[str, list[int]] = {}
-            for tp in partitions:
-                by_topic.setdefault(tp.topic, []).append(tp.partition)
-            topics = [
-                OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
-                for t, ps in by_topic.items()
-            ]
-        version = min(conn.version_for(OffsetFetchRequest), 7)
-        response = await conn.send(
-            OffsetFetchRequest(group_id=group_id, topics=topics, require_stable=False), version=version
-        )
-        _check(getattr(response, "error_code", 0) or 0, f"list offsets of group {group_id!r}")
+        version = capped_version(conn, OffsetFetchRequest, _OFFSET_FETCH_MAX_VERSION)
+        response = await conn.send(_offset_fetch(group_id, partitions, require_stable), version=version)
+        answer = response.groups[0] if version >= 8 else response
+        _check(getattr(answer, "error_code", 0) or 0, f"list offsets of group {group_id!r}")
         result = {}
-        for t in response.topics:
+        for t in answer.topics:
             for p in t.partitions:
+                if require_stable and p.error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT:
+                    continue
                 _check(p.error_code, f"offset of {t.name}-{p.partition_index} in group {group_id!r}")
                 if p.committed_offset >= 0:
                     result[TopicPartition(t.name, p.partition_index)] = OffsetAndMetadata(
@@ -327,11 +383,53 @@ class AsyncAdminClient:
                     )
         return result
 
-    async def delete_group(self, group_id: str) -> None:
+    async def alter_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+    ) -> None:
+        """Commit ``offsets`` for the group from outside its membership (OffsetCommit with generation
+        -1 and no member id), as Kafka's alterConsumerGroupOffsets: the coordinator takes them only
+        while the group has no members, and creates a group that does not exist. Raises
+        ``KafkaError`` for the first partition refused (UNKNOWN_MEMBER_ID while the group has
+        members)."""
+        if not offsets:
+            return
+        commits = {
+            tp: (value, "") if isinstance(value, int) else (value.offset, value.metadata)
+            for tp, value in offsets.items()
+        }
+        request = OffsetCommitRequest(
+            group_id=group_id,
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=offset_commit_topics(commits),
+        )
         conn = await self._coordinator(group_id)
-        response = await conn.send(DeleteGroupsRequest(groups_names=[group_id]))
-        for result in response.results:
-            _check(result.error_code, f"delete group {result.group_id!r}")
+        response = await conn.send(
+            request, version=capped_version(conn, OffsetCommitRequest, OFFSET_COMMIT_MAX_VERSION)
+        )
+        for t in response.topics:
+            for p in t.partitions:
+                _check(p.error_code, f"alter offset of {t.name}-{p.partition_index} in group {group_id!r}")
+
+    async def delete_group(self, group_id: str) -> None:
+        """Delete an empty group and its committed offsets; raises ``KafkaError`` if refused
+        (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""
+        code = (await self.delete_groups([group_id]))[group_id]
+        _check(code, f"delete group {group_id!r}")
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        """DeleteGroups, one request per coordinator: each group's answer, in the order given
+        (NONE when deleted). A coordinator that cannot be found raises ``KafkaError``."""
+        unique = list(dict.fromkeys(group_ids))
+        by_coordinator: dict[Connection, list[str]] = {}
+        for group_id in unique:
+            by_coordinator.setdefault(await self._coordinator(group_id), []).append(group_id)
+        answers = {}
+        for conn, ids in by_coordinator.items():
+            response = await conn.send(DeleteGroupsRequest(groups_names=ids))
+            answers.update({r.group_id: ErrorCode(r.error_code) for r in response.results})
+        return {group_id: answers[group_id] for group_id in unique}
 
     # -- transactions and producers --------------------------------------------------------------
 

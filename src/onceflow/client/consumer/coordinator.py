@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
@@ -28,7 +28,7 @@ from onceflow.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
-_OFFSET_COMMIT_MAX_VERSION = 9  # v10 names topics by id
+OFFSET_COMMIT_MAX_VERSION = 9  # v10 names topics by id
 _OFFSET_FETCH_MAX_VERSION = 7  # v8+ batches groups; v7 has require_stable (KIP-447)
 _GROUP_KEY_TYPE = 0
 _STALE_EPOCH_RETRIES = 3
@@ -65,6 +65,29 @@ async def _call(callback: Callback | None, partitions: list[TopicPartition]) -> 
 
 def capped_version(conn: Connection, request_cls, cap: int) -> int:
     return min(conn.version_for(request_cls), cap)
+
+
+def offset_commit_topics(offsets: Mapping[TopicPartition, tuple[int, str | None]]) -> list:
+    """OffsetCommit's topics for ``{tp: (offset, metadata)}`` (the consumer's commits and the admin's)."""
+    by_topic: dict[str, list] = {}
+    for tp, (offset, metadata) in offsets.items():
+        by_topic.setdefault(tp.topic, []).append(
+            OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                partition_index=tp.partition, committed_offset=offset, committed_metadata=metadata or ""
+            )
+        )
+    return [OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
+
+
+def offset_fetch_topics(
+    partitions: Iterable[TopicPartition], topic_type=OffsetFetchRequest.OffsetFetchRequestTopic
+) -> list:
+    """OffsetFetch's topics naming ``partitions`` (v8+ groups take
+    ``OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics``)."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return [topic_type(name=t, partition_indexes=ps) for t, ps in by_topic.items()]
 
 
 async def find_coordinator(
@@ -158,16 +181,7 @@ class GroupCoordinatorBase:
         when the group has moved on, or the broker's error."""
         if not offsets:
             return
-        by_topic: dict[str, list] = {}
-        for tp, (offset, metadata) in offsets.items():
-            by_topic.setdefault(tp.topic, []).append(
-                OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
-                    partition_index=tp.partition, committed_offset=offset, committed_metadata=metadata or ""
-                )
-            )
-        topics = [
-            OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()
-        ]
+        topics = offset_commit_topics(offsets)
         for attempt in range(_STALE_EPOCH_RETRIES + 1):
             generation, member_id, instance_id = self._commit_identity()
             request = OffsetCommitRequest(
@@ -177,7 +191,7 @@ class GroupCoordinatorBase:
                 group_instance_id=instance_id,
                 topics=topics,
             )
-            response = await self._send(request, _OFFSET_COMMIT_MAX_VERSION)
+            response = await self._send(request, OFFSET_COMMIT_MAX_VERSION)
             failed = [
                 (topic.name, p.partition_index, ErrorCode(p.error_code))
                 for topic in response.topics
@@ -214,16 +228,8 @@ class GroupCoordinatorBase:
         transaction's offsets for the partition are pending; we retry until they settle."""
         if not partitions:
             return {}
-        by_topic: dict[str, list[int]] = {}
-        for tp in partitions:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
         request = OffsetFetchRequest(
-            group_id=self.group_id,
-            topics=[
-                OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
-                for t, ps in by_topic.items()
-            ],
-            require_stable=require_stable,
+            group_id=self.group_id, topics=offset_fetch_topics(partitions), require_stable=require_stable
         )
         deadline = time.monotonic() + self.config.request_timeout_ms / 1000
         while True:
