@@ -167,3 +167,46 @@ def test_list_group_offsets_require_stable_leaves_out_a_commit_pending_in_a_tran
         finally:
             producer.close()
         assert admin.list_group_offsets(group, [p0], require_stable=True) == {p0: OffsetAndMetadata(3)}
+
+
+def test_transactions_and_producers(broker):
+    """ListTransactions' filters, DescribeTransactions, DescribeProducers for many partitions at once
+    (a failed partition maps to its error), and the abort of a transaction on one partition."""
+    topic = topic_name("admin-txn")
+    tid = topic_name("admin-tid")
+    with AdminClient(broker.bootstrap) as admin:
+        admin.create_topic(topic, partitions=2)
+        producer = Producer(bootstrap_servers=broker.bootstrap, transactional_id=tid)
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(topic, b"open", partition=1).get(30)
+            pid, epoch = producer.producer_id_and_epoch
+
+            listed = admin.list_transactions(["Ongoing"], producer_ids=[pid])
+            assert [(t.transactional_id, t.state) for t in listed] == [(tid, "Ongoing")]
+            assert [t.transactional_id for t in admin.list_transactions(pattern=f"{tid}|nothing")] == [tid]
+            assert admin.list_transactions(pattern=tid[:-1]) == []  # whole ids only
+            with pytest.raises(KafkaError) as err:
+                admin.list_transactions(pattern="(?=x)")
+            assert err.value.code == ErrorCode.INVALID_REGULAR_EXPRESSION
+
+            described = admin.describe_transaction(tid)
+            assert (described.state, described.producer_id) == ("Ongoing", pid)
+            assert described.partitions == [TP(topic, 1)]
+
+            producers = admin.describe_producers_of([TP(topic, 0), TP(topic, 1)])
+            assert producers[TP(topic, 0)] == []
+            [state] = producers[TP(topic, 1)]
+            assert (state.producer_id, state.current_transaction_start_offset) == (pid, 0)
+            with pytest.raises(KafkaError) as err:
+                admin.describe_producers(TP(topic, 5))
+            assert err.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert "no partition 5" in str(err.value)
+
+            # An operator's abort of the open transaction on partition 1: the partition closes it.
+            admin.abort_transaction(TP(topic, 1), pid, epoch, 0)
+            [state] = admin.describe_producers(TP(topic, 1))
+            assert state.current_transaction_start_offset == -1
+        finally:
+            producer.close()

@@ -7,31 +7,17 @@ import asyncio
 from datetime import UTC, datetime
 
 import click
-from kafka.protocol.admin import DescribeProducersRequest
 from rich.table import Table
 
 from onceflow.cli.common import bootstrap_option, friendly_errors, out
-from onceflow.client.async_client import parse_bootstrap
-from onceflow.client.connection import Connection
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.client.admin import AsyncAdminClient, ProducerState
+from onceflow.client.consumer.structs import TopicPartition
 
 
-async def describe_partition_producers(bootstrap: str, topic: str, partition: int) -> list:
-    """The DescribeProducers ``ProducerState`` entries of one partition; raises the partition's error."""
-    host, port = parse_bootstrap(bootstrap)[0]
-    conn = await Connection.open(host, port, client_id="onceflow-producers")
-    try:
-        request = DescribeProducersRequest(
-            topics=[DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[partition])]
-        )
-        response = await conn.send(request)
-    finally:
-        await conn.close()
-    answer = response.topics[0].partitions[0]
-    if answer.error_code:
-        message = answer.error_message or ErrorCode(answer.error_code).name
-        raise KafkaError(f"{topic}-{partition}: {message}", answer.error_code)
-    return list(answer.active_producers)
+async def describe_partition_producers(bootstrap: str, topic: str, partition: int) -> list[ProducerState]:
+    """The producers one partition keeps state for; raises the partition's error."""
+    async with AsyncAdminClient(bootstrap, client_id="onceflow-producers") as admin:
+        return await admin.describe_producers(TopicPartition(topic, partition))
 
 
 def _timestamp(ms: int) -> str:
@@ -73,6 +59,8 @@ def describe(topic, partition, bootstrap):
             str(state.last_sequence),
             _timestamp(state.last_timestamp),
             str(state.coordinator_epoch),
-            "-" if state.current_txn_start_offset < 0 else str(state.current_txn_start_offset),
+            "-"
+            if state.current_transaction_start_offset < 0
+            else str(state.current_transaction_start_offset),
         )
     out.print(table)

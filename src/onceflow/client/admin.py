@@ -106,6 +106,21 @@ class GroupDescription:
     assignment_epoch: int | None = None
 
 
+# The states ListTransactions filters by (Kafka's TransactionState names).
+TRANSACTION_STATES = frozenset(
+    {
+        "Empty",
+        "Ongoing",
+        "PrepareCommit",
+        "PrepareAbort",
+        "CompleteCommit",
+        "CompleteAbort",
+        "Dead",
+        "PrepareEpochFence",
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class TransactionListing:
     transactional_id: str
@@ -178,8 +193,13 @@ class AsyncAdminClient:
 
     async def _leader_in(self, metadata: ClusterMetadata, topic: str, partition: int) -> Connection:
         info = metadata.topics.get(topic)
-        if info is None or partition not in info.partitions:
-            raise KafkaError(f"{topic}-{partition} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if info is None or info.error != ErrorCode.NONE:
+            raise KafkaError(f"topic {topic!r} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if partition not in info.partitions:
+            raise KafkaError(
+                f"topic {topic!r} has no partition {partition} (it has {len(info.partitions)})",
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            )
         return await self._conn_to(*metadata.brokers[info.partitions[partition].leader])
 
     async def _coordinator(self, key: str, key_type: int = 0) -> Connection:
@@ -433,13 +453,28 @@ class AsyncAdminClient:
 
     # -- transactions and producers --------------------------------------------------------------
 
-    async def list_transactions(self, states: list[str] | None = None) -> list[TransactionListing]:
+    async def list_transactions(
+        self,
+        states: list[str] | None = None,
+        *,
+        producer_ids: list[int] | None = None,
+        min_duration_ms: int = -1,
+        pattern: str | None = None,
+    ) -> list[TransactionListing]:
+        """Every coordinator's transactional ids, filtered as ListTransactions filters them: by state
+        (names in :data:`TRANSACTION_STATES`; others match nothing), producer id, running longer than
+        ``min_duration_ms`` (v1+), and an RE2 ``pattern`` matching the whole id (v2+, KIP-1152)."""
         metadata = await self._client.metadata([])
         out = []
         for host, port in metadata.brokers.values():
             conn = await self._conn_to(host, port)
             response = await conn.send(
-                ListTransactionsRequest(state_filters=states or [], producer_id_filters=[])
+                ListTransactionsRequest(
+                    state_filters=list(states or []),
+                    producer_id_filters=list(producer_ids or []),
+                    duration_filter=min_duration_ms,
+                    transactional_id_pattern=pattern,
+                )
             )
             _check(response.error_code, "list transactions")
             out += [
@@ -464,24 +499,53 @@ class AsyncAdminClient:
         )
 
     async def describe_producers(self, tp: TopicPartition) -> list[ProducerState]:
-        conn = await self._leader(tp.topic, tp.partition)
+        """The producers ``tp``'s leader keeps state for; raises the partition's error."""
+        answer = (await self.describe_producers_of([tp]))[tp]
+        if isinstance(answer, KafkaError):
+            raise answer
+        return answer
+
+    async def describe_producers_of(
+        self, tps: list[TopicPartition]
+    ) -> dict[TopicPartition, list[ProducerState] | KafkaError]:
+        """:meth:`describe_producers` for many partitions, one request per leader; a partition that
+        failed maps to its error instead of raising, so one deleted topic does not hide the rest."""
+        metadata = await self._client.metadata(sorted({tp.topic for tp in tps}))
+        by_leader: dict[Connection, dict[str, list[int]]] = {}
+        for tp in tps:
+            conn = await self._leader_in(metadata, tp.topic, tp.partition)
+            by_leader.setdefault(conn, {}).setdefault(tp.topic, []).append(tp.partition)
         r = DescribeProducersRequest
-        response = await conn.send(
-            r(topics=[r.TopicRequest(name=tp.topic, partition_indexes=[tp.partition])])
-        )
-        p = response.topics[0].partitions[0]
-        _check(p.error_code, f"describe producers of {tp.topic}-{tp.partition}", p.error_message)
-        return [
-            ProducerState(
-                s.producer_id,
-                s.producer_epoch,
-                s.last_sequence,
-                s.last_timestamp,
-                s.coordinator_epoch,
-                s.current_txn_start_offset,
+        answers: dict[TopicPartition, list[ProducerState] | KafkaError] = {}
+        for conn, topics in by_leader.items():
+            request = r(
+                topics=[r.TopicRequest(name=name, partition_indexes=ps) for name, ps in topics.items()]
             )
-            for s in p.active_producers
-        ]
+            response = await conn.send(request)
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    try:
+                        _check(
+                            p.error_code,
+                            f"describe producers of {t.name}-{p.partition_index}",
+                            p.error_message,
+                        )
+                    except KafkaError as exc:
+                        answers[tp] = exc
+                        continue
+                    answers[tp] = [
+                        ProducerState(
+                            s.producer_id,
+                            s.producer_epoch,
+                            s.last_sequence,
+                            s.last_timestamp,
+                            s.coordinator_epoch,
+                            s.current_txn_start_offset,
+                        )
+                        for s in p.active_producers
+                    ]
+        return answers
 
     async def delete_records(self, before: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Delete every record below the given offset of each partition (-1: the high watermark);
