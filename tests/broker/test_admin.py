@@ -159,6 +159,38 @@ def test_create_partitions(tmp_path):
     run(scenario())
 
 
+def test_create_topics_refuses_more_than_10000_partitions_per_request(tmp_path):
+    """Kafka's controller refuses a CreateTopics request that would make more than 10,000 partitions
+    in all (POLICY_VIOLATION for every topic in it, validate_only or not) before doing anything: a
+    damaged num_partitions must not make the broker create partitions until the disk is full."""
+
+    async def scenario():
+        async with running_broker(tmp_path, num_partitions=3) as broker:
+            client = await RawClient.connect(broker.port)
+            for request in (
+                create_request(creatable("huge", 2**31 - 1), validate_only=True),
+                create_request(creatable("six-a", 6_000), creatable("six-b", 6_000), validate_only=True),
+                # -1 counts as num.partitions (3), as in Kafka: 9,998 + 3 > 10,000
+                create_request(creatable("many", 9_998), creatable("default", -1), validate_only=True),
+                create_request(creatable("huge", 2**31 - 1), creatable("small", 1)),
+            ):
+                response = await client.request(request, 7)
+                assert [t.error_code for t in response.topics] == [ErrorCode.POLICY_VIOLATION] * len(
+                    request.topics
+                ), response
+                assert "10000" in response.topics[0].error_message
+            assert broker.topics.get("huge") is None and broker.topics.get("small") is None
+            assert not any(tmp_path.glob("huge-*")) and not any(tmp_path.glob("small-*"))
+            # Up to the limit, and invalid counts (which create nothing) do not count.
+            response = await client.request(
+                create_request(creatable("limit", 10_000), creatable("zero", 0), validate_only=True), 7
+            )
+            assert [t.error_code for t in response.topics] == [0, ErrorCode.INVALID_PARTITIONS]
+            await client.close()
+
+    run(scenario())
+
+
 def test_describe_configs_topic_and_broker(tmp_path):
     async def scenario():
         async with running_broker(tmp_path) as broker:

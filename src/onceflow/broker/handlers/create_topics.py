@@ -1,7 +1,8 @@
 """CreateTopics (19): new topics with a partition count and config overrides, or a dry run.
 
 One broker: the replication factor must be -1 (the default) or 1, and manual assignments may only
-name this broker.
+name this broker. As in Kafka, a request that would make more than 10,000 partitions in all is refused
+as a whole (POLICY_VIOLATION for each of its topics) before anything is checked or created.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.topic_configs import describe_topic_configs
+from onceflow.broker.topics import MAX_PARTITIONS_PER_REQUEST
 from onceflow.protocol.errors import (
     ErrorCode,
     InvalidPartitions,
@@ -54,6 +56,16 @@ def _partition_count(ctx: RequestContext, topic) -> int:
     return topic.num_partitions
 
 
+def _requested_partitions(ctx: RequestContext, topic) -> int:
+    """Partitions a topic of the request asks for, as Kafka counts them against the limit: its
+    assignments, else its count (-1: num.partitions); a count below 1 makes none."""
+    if topic.assignments:
+        return len(topic.assignments)
+    if topic.num_partitions == -1:
+        return ctx.config.num_partitions
+    return max(topic.num_partitions, 0)
+
+
 def _create(ctx: RequestContext, topic, validate_only: bool) -> _Result:
     configs = {c.name: c.value for c in topic.configs}
     count = _partition_count(ctx, topic)
@@ -88,6 +100,16 @@ def _failed(name: str, code: ErrorCode, message: str | None) -> _Result:
 
 
 async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    total = sum(_requested_partitions(ctx, topic) for topic in request.topics)
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        message = (
+            f"the request asks for {total} partitions in all; one request may create at most "
+            f"{MAX_PARTITIONS_PER_REQUEST}: create the topics in several requests"
+        )
+        return CreateTopicsResponse(
+            throttle_time_ms=0,
+            topics=[_failed(topic.name, ErrorCode.POLICY_VIOLATION, message) for topic in request.topics],
+        )
     names = [t.name for t in request.topics]
     results = []
     for topic in request.topics:
