@@ -191,6 +191,46 @@ def test_create_topics_refuses_more_than_10000_partitions_per_request(tmp_path):
     run(scenario())
 
 
+def test_create_partitions_refuses_more_than_10000_new_partitions_per_request(tmp_path):
+    """The same limit for CreatePartitions: at most 10,000 new partitions in one request."""
+
+    async def scenario():
+        async with running_broker(tmp_path) as broker:
+            broker.topics.create_topic("t", 2)
+            broker.topics.create_topic("u", 1)
+            client = await RawClient.connect(broker.port)
+            P = CreatePartitionsRequest.CreatePartitionsTopic
+
+            def request(*topics, validate_only=False):
+                return CreatePartitionsRequest(
+                    topics=list(topics), timeout_ms=1000, validate_only=validate_only
+                )
+
+            for topics, validate_only in (
+                ([P(name="t", count=2 + 10_001, assignments=None)], True),
+                (
+                    [P(name="t", count=6_002, assignments=None), P(name="u", count=6_001, assignments=None)],
+                    True,
+                ),
+                (
+                    [P(name="t", count=2**31 - 1, assignments=None), P(name="u", count=2, assignments=None)],
+                    False,
+                ),
+            ):
+                response = await client.request(request(*topics, validate_only=validate_only), 3)
+                assert [r.error_code for r in response.results] == [ErrorCode.POLICY_VIOLATION] * len(topics)
+                assert "10000" in response.results[0].error_message
+            assert len(broker.topics.get("t").partitions) == 2 and len(broker.topics.get("u").partitions) == 1
+            # New partitions count, not the total: t grows by exactly 10,000 (validated only).
+            response = await client.request(
+                request(P(name="t", count=10_002, assignments=None), validate_only=True), 3
+            )
+            assert response.results[0].error_code == 0
+            await client.close()
+
+    run(scenario())
+
+
 def test_describe_configs_topic_and_broker(tmp_path):
     async def scenario():
         async with running_broker(tmp_path) as broker:
