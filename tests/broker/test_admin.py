@@ -160,6 +160,78 @@ def test_create_partitions(tmp_path):
     run(scenario())
 
 
+def test_create_topics_refuses_more_than_10000_partitions_per_request(tmp_path):
+    """Kafka's controller refuses a CreateTopics request that would make more than 10,000 partitions
+    in all (POLICY_VIOLATION for every topic in it, validate_only or not) before doing anything: a
+    damaged num_partitions must not make the broker create partitions until the disk is full."""
+
+    async def scenario():
+        async with running_broker(tmp_path, num_partitions=3) as broker:
+            client = await RawClient.connect(broker.port)
+            for request in (
+                create_request(creatable("huge", 2**31 - 1), validate_only=True),
+                create_request(creatable("six-a", 6_000), creatable("six-b", 6_000), validate_only=True),
+                # -1 counts as num.partitions (3), as in Kafka: 9,998 + 3 > 10,000
+                create_request(creatable("many", 9_998), creatable("default", -1), validate_only=True),
+                create_request(creatable("huge", 2**31 - 1), creatable("small", 1)),
+            ):
+                response = await client.request(request, 7)
+                assert [t.error_code for t in response.topics] == [ErrorCode.POLICY_VIOLATION] * len(
+                    request.topics
+                ), response
+                assert "10000" in response.topics[0].error_message
+            assert broker.topics.get("huge") is None and broker.topics.get("small") is None
+            assert not any(tmp_path.glob("huge-*")) and not any(tmp_path.glob("small-*"))
+            # Up to the limit, and invalid counts (which create nothing) do not count.
+            response = await client.request(
+                create_request(creatable("limit", 10_000), creatable("zero", 0), validate_only=True), 7
+            )
+            assert [t.error_code for t in response.topics] == [0, ErrorCode.INVALID_PARTITIONS]
+            await client.close()
+
+    run(scenario())
+
+
+def test_create_partitions_refuses_more_than_10000_new_partitions_per_request(tmp_path):
+    """The same limit for CreatePartitions: at most 10,000 new partitions in one request."""
+
+    async def scenario():
+        async with running_broker(tmp_path) as broker:
+            broker.topics.create_topic("t", 2)
+            broker.topics.create_topic("u", 1)
+            client = await RawClient.connect(broker.port)
+            P = CreatePartitionsRequest.CreatePartitionsTopic
+
+            def request(*topics, validate_only=False):
+                return CreatePartitionsRequest(
+                    topics=list(topics), timeout_ms=1000, validate_only=validate_only
+                )
+
+            for topics, validate_only in (
+                ([P(name="t", count=2 + 10_001, assignments=None)], True),
+                (
+                    [P(name="t", count=6_002, assignments=None), P(name="u", count=6_001, assignments=None)],
+                    True,
+                ),
+                (
+                    [P(name="t", count=2**31 - 1, assignments=None), P(name="u", count=2, assignments=None)],
+                    False,
+                ),
+            ):
+                response = await client.request(request(*topics, validate_only=validate_only), 3)
+                assert [r.error_code for r in response.results] == [ErrorCode.POLICY_VIOLATION] * len(topics)
+                assert "10000" in response.results[0].error_message
+            assert len(broker.topics.get("t").partitions) == 2 and len(broker.topics.get("u").partitions) == 1
+            # New partitions count, not the total: t grows by exactly 10,000 (validated only).
+            response = await client.request(
+                request(P(name="t", count=10_002, assignments=None), validate_only=True), 3
+            )
+            assert response.results[0].error_code == 0
+            await client.close()
+
+    run(scenario())
+
+
 def test_describe_configs_topic_and_broker(tmp_path):
     async def scenario():
         async with running_broker(tmp_path) as broker:
@@ -245,55 +317,6 @@ def test_metadata_reports_authorized_operations_when_asked(tmp_path):
                 assert response.authorized_operations == ({5, 7, 8, 9, 10, 11, 12} if version <= 10 else None)
                 response = await client.request(MetadataRequest(topics=[ask(name="t")]), version)
                 assert response.topics[0].authorized_operations is None
-            await client.close()
-
-    run(scenario())
-
-
-def test_requests_over_kafkas_metadata_record_limit_are_refused_whole(tmp_path):
-    """Kafka's controller writes a record per topic, partition and config override and refuses a
-    request needing more than 10,000 (POLICY_VIOLATION for every topic, nothing created). Without the
-    limit a partition count near 2^31 kept the broker's one event loop busy creating directories."""
-
-    async def scenario():
-        async with running_broker(tmp_path) as broker:
-            client = await RawClient.connect(broker.port)
-            response = await client.request(
-                create_request(creatable("small", 1), creatable("huge", 2**31 - 1)), 5
-            )
-            assert [(t.name, t.error_code) for t in response.topics] == [
-                ("small", ErrorCode.POLICY_VIOLATION),
-                ("huge", ErrorCode.POLICY_VIOLATION),
-            ]
-            assert broker.topics.get("small") is None and broker.topics.get("huge") is None
-            # The boundary: 1 topic record + 9,999 partitions fit; one config override more does not.
-            response = await client.request(create_request(creatable("edge", 9_999), validate_only=True), 5)
-            assert response.topics[0].error_code == 0
-            response = await client.request(
-                create_request(
-                    creatable("edge", 9_999, configs={"retention.ms": "1000"}), validate_only=True
-                ),
-                5,
-            )
-            assert response.topics[0].error_code == ErrorCode.POLICY_VIOLATION
-            # A topic refused for another reason adds no records.
-            response = await client.request(
-                create_request(creatable("edge", 9_999), creatable("bad/name", 5), validate_only=True), 5
-            )
-            assert [t.error_code for t in response.topics] == [0, ErrorCode.INVALID_TOPIC_EXCEPTION]
-
-            broker.topics.create_topic("t", 1)
-            P = CreatePartitionsRequest.CreatePartitionsTopic
-            grow = CreatePartitionsRequest(
-                topics=[P(name="t", count=10_002, assignments=None)], timeout_ms=1000, validate_only=False
-            )
-            response = await client.request(grow, 3)
-            assert response.results[0].error_code == ErrorCode.POLICY_VIOLATION
-            assert len(broker.topics.get("t").partitions) == 1
-            grow = CreatePartitionsRequest(  # 10,000 new partitions: allowed (asked as a dry run)
-                topics=[P(name="t", count=10_001, assignments=None)], timeout_ms=1000, validate_only=True
-            )
-            assert (await client.request(grow, 3)).results[0].error_code == 0
             await client.close()
 
     run(scenario())

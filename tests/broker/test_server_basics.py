@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
+from kafka.protocol.admin.groups import ListGroupsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 
 from onceflow.broker.handlers import HANDLERS
@@ -155,6 +156,27 @@ def test_bad_frames_close_only_their_connection(tmp_path):
             await good.close()
 
     run(scenario())
+
+
+def test_a_null_in_a_string_array_closes_the_connection_without_a_handler_crash(tmp_path, caplog):
+    """ListGroups v5 whose types filter holds a null string (the fuzzer's find): Kafka cannot parse
+    it and closes the connection; ours did too, but only after the handler crashed on the None."""
+
+    async def scenario():
+        async with running_broker(tmp_path) as b:
+            bad = await RawClient.connect(b.port)
+            await bad.send(ListGroupsRequest(states_filter=[], types_filter=["classic", None]), 5)
+            assert await bad.is_closed_by_broker()
+            await bad.close()
+            good = await RawClient.connect(b.port)
+            response = await good.request(ListGroupsRequest(states_filter=[], types_filter=["classic"]), 5)
+            assert response.error_code == 0
+            await good.close()
+
+    with caplog.at_level("WARNING", logger="onceflow"):
+        run(scenario())
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+    assert "types_filter has a null element" in caplog.text
 
 
 def test_topics_and_cluster_id_survive_restart(tmp_path):

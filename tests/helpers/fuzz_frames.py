@@ -1,7 +1,7 @@
-"""Request frames for fuzzing a broker: valid templates of several APIs and ways to break them.
+"""Request frames for fuzzing a broker: valid templates of every API it serves and ways to break them.
 
-``template_frames(topic, anchor_topic)`` builds valid, length-prefixed requests (several APIs and
-versions). ``mutate(kind, frame, rng)`` is a pure function returning a damaged copy; ``frames()``
+``template_frames(topic, anchor_topic)`` builds valid, length-prefixed requests (every API the broker
+serves, in one or more versions; the admin, group and transaction ones are in ``fuzz_templates``). ``mutate(kind, frame, rng)`` is a pure function returning a damaged copy; ``frames()``
 is the Hypothesis strategy that picks a template, a kind of damage and a seeded RNG for it.
 """
 
@@ -18,6 +18,7 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from onceflow.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 
+from .fuzz_templates import admin_templates, group_templates, transaction_templates
 from .wire import build_batch, encode_request
 
 MUTATIONS = (
@@ -100,7 +101,8 @@ def _list_offsets(topic: str) -> ListOffsetsRequest:
 
 
 def template_frames(topic: str, anchor_topic: str) -> list[bytes]:
-    """Valid requests. Writes go only to ``topic``; the anchor topic is only ever read."""
+    """Valid requests of every API the broker serves (at least one version each). Writes go only to
+    ``topic`` (and topics named after it); the anchor topic is only ever read."""
     meta = MetadataRequest(
         topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=True
     )
@@ -157,6 +159,9 @@ def template_frames(topic: str, anchor_topic: str) -> list[bytes]:
         ),
         (ConsumerGroupDescribeRequest(group_ids=["fuzz-group-848"], include_authorized_operations=False), 0),
         (ConsumerGroupDescribeRequest(group_ids=["fuzz-group-848"], include_authorized_operations=True), 1),
+        *admin_templates(topic, anchor_topic),
+        *group_templates(topic),
+        *transaction_templates(topic),
     ]
     return [encode_request(req, version, correlation_id=i + 1) for i, (req, version) in enumerate(requests)]
 

@@ -1,6 +1,8 @@
 """Request decoding: kafka-python decodes a null where the schema forbids one; we refuse it."""
 
 import pytest
+from kafka.protocol.admin import DeleteTopicsRequest, DescribeTransactionsRequest
+from kafka.protocol.admin.groups import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
 
@@ -27,6 +29,25 @@ def test_null_array_where_the_schema_allows_it_decodes():
     header, body = decode_request(_frame(request, 4), MetadataRequest, 4)
     assert header.correlation_id == 1
     assert body.topics is None
+
+
+@pytest.mark.parametrize(
+    "request_, version, field",
+    [
+        (ListGroupsRequest(states_filter=["Stable"], types_filter=[None]), 5, "types_filter"),
+        (ListGroupsRequest(states_filter=[None, "Empty"]), 4, "states_filter"),
+        (DescribeGroupsRequest(groups=["g", None], include_authorized_operations=False), 5, "groups"),
+        (DeleteGroupsRequest(groups_names=[None]), 2, "groups_names"),
+        (DescribeTransactionsRequest(transactional_ids=[None]), 0, "transactional_ids"),
+        (DeleteTopicsRequest(topic_names=[None], timeout_ms=1000), 1, "topic_names"),
+    ],
+    ids=lambda x: type(x).__name__ if hasattr(x, "API_KEY") else str(x),
+)
+def test_a_null_element_in_an_array_of_strings_is_an_invalid_request(request_, version, field):
+    # Kafka's generated parsers refuse it ("non-nullable field ... element was serialized as null");
+    # kafka-python decodes it as None, which crashed the ListGroups handler (found by the fuzzer).
+    with pytest.raises(InvalidRequest, match=f"{field} has a null element"):
+        decode_request(_frame(request_, version), type(request_), version)
 
 
 def _kafka_python_framed(response, correlation_id: int, version: int) -> bytes:

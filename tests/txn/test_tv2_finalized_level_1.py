@@ -24,7 +24,12 @@ from onceflow.client.admin import AsyncAdminClient
 from onceflow.client.connection import Connection
 from onceflow.client.consumer import AsyncConsumer
 from onceflow.client.consumer import TopicPartition as TP
-from onceflow.client.producer import AsyncProducer, txn_requests
+from onceflow.client.producer import (
+    AsyncProducer,
+    RecordTooLargeError,
+    TransactionAbortableError,
+    txn_requests,
+)
 from onceflow.protocol.errors import ErrorCode
 
 
@@ -178,3 +183,53 @@ def test_transaction_version_setting_is_checked(tmp_path):
     assert config.transaction_version == 1
     with pytest.raises(click.BadParameter, match="transaction.version must be 0..2"):
         broker_config("127.0.0.1", 0, tmp_path, {}, {"transaction.version": "3"})
+
+
+def test_a_record_too_large_fails_the_transaction_and_the_abort_bumps_the_epoch(broker):
+    """Under the protocol v1, Kafka's client marks an abortable error from send() as needing a
+    client-side epoch bump (TransactionManager.maybeTransitionToErrorState): after the abort the
+    producer calls InitProducerId again, and the next transaction commits under the new epoch."""
+    topic = topic_name("tv1-large")
+
+    async def run():
+        async with AsyncClient(broker.bootstrap) as client:
+            await client.create_topic(topic, partitions=1)
+        producer = AsyncProducer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "transactional.id": f"tv1l-{topic}",
+                "max.request.size": 2_000,
+            }
+        )
+        await producer.start()
+        try:
+            await producer.init_transactions()
+            before = producer.producer_id_and_epoch
+            producer.begin_transaction()
+            await (await producer.send(topic, b"written-then-aborted", partition=0))
+            refused = await producer.send(topic, b"x" * 3_000, partition=0)
+            with pytest.raises(RecordTooLargeError, match="max.request.size"):
+                await refused
+            with pytest.raises(TransactionAbortableError):
+                await producer.commit_transaction()
+            await producer.abort_transaction()
+            after = producer.producer_id_and_epoch
+            producer.begin_transaction()
+            await (await producer.send(topic, b"committed", partition=0))
+            await producer.commit_transaction()
+        finally:
+            await producer.close()
+        async with AsyncConsumer(
+            bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest", isolation_level="read_committed"
+        ) as consumer:
+            consumer.assign([TP(topic, 0)])
+            values: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while not values and time.monotonic() < deadline:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    values.extend(r.value for r in records)
+        return before, after, values
+
+    before, after, values = asyncio.run(run())
+    assert after == (before[0], before[1] + 1)
+    assert values == [b"committed"]

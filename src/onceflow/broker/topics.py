@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 TOPICS_FILE = "topics.json"
 META_FILE = "meta.properties"
 MAX_TOPIC_NAME_LENGTH = 249
+# Kafka's controller makes at most this many partitions per CreateTopics or CreatePartitions request
+# (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH, QuorumController.MAX_RECORDS_PER_USER_OP) and
+# answers POLICY_VIOLATION above it: a request cannot make the broker create partitions without end.
+MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 

@@ -161,13 +161,15 @@ _NULLABLE_KINDS = ("string", "bytes", "records")
 
 
 def _reject_null_where_not_nullable(obj, struct_field, version: int, path: str) -> None:
-    """Kafka's parser refuses a null in a field the schema does not declare nullable at this version;
-    kafka-python accepts it and hands handlers a ``None`` where they expect a list or a string. Doing
-    the check once here keeps every handler free of such guards (the fuzz test found them)."""
+    """Kafka's parser refuses a null in a field the schema does not declare nullable at this version,
+    and a null element in an array of strings or bytes (elements are never nullable); kafka-python
+    accepts both and hands handlers a ``None`` where they expect a list or a string. Doing the check
+    once here keeps every handler free of such guards (the fuzz test found them)."""
     _check_nulls(obj, _null_check_plan(struct_field, version), version, path)
 
 
-# One step of a null-check plan: (field name, null forbidden, "array" | "struct" | None, nested plan).
+# One step of a null-check plan: (field name, null forbidden, "array" | "struct" | "items" | None,
+# nested plan); "items": an array of strings or bytes, none of whose elements may be null.
 _PlanStep = tuple[str, bool, str | None, tuple]
 
 
@@ -191,7 +193,9 @@ def _null_check_plan(struct_field, version: int) -> tuple[_PlanStep, ...]:
         ) and not field.nullable_for_version_q(version)
         kind = "array" if field.is_struct_array() else "struct" if field.is_struct() else None
         nested = _null_check_plan(field, version) if kind is not None else ()
-        if forbid_null or nested:
+        if field.is_array() and kind is None and field.array_of.type_str in _NULLABLE_KINDS:
+            kind = "items"
+        if forbid_null or nested or kind == "items":
             plan.append((field.name, forbid_null, kind, nested))
     _PLANS[(id(struct_field), version)] = (struct_field, tuple(plan))
     return tuple(plan)
@@ -203,6 +207,9 @@ def _check_nulls(obj, plan: tuple[_PlanStep, ...], version: int, path: str) -> N
         if value is None:
             if forbid_null:
                 raise InvalidRequest(f"{path}.{name} is null but not nullable in v{version}")
+        elif kind == "items":
+            if None in value:
+                raise InvalidRequest(f"{path}.{name} has a null element (never nullable) in v{version}")
         elif nested:
             if kind == "array":
                 for item in value:

@@ -1,5 +1,7 @@
-"""max.request.size: send() refuses a record no request could carry (Kafka's RecordTooLargeException),
-and the sender never puts more than max.request.size of batches in one Produce request."""
+"""max.request.size: send() refuses a record no request could carry (Kafka's RecordTooLargeException,
+the error of the record's future and callback, not raised), and the sender never puts more than
+max.request.size of batches in one Produce request. MESSAGE_TOO_LARGE from the broker: a batch of
+several records is split, one record fails with RecordTooLargeError."""
 
 from __future__ import annotations
 
@@ -13,7 +15,12 @@ from kafka.protocol.producer import ProduceRequest
 from tests.client.producer.conftest import read_back
 from tests.client.producer.test_sender import FakeNetwork, ScriptedBroker
 
-from onceflow.client.producer import AsyncProducer, Producer, RecordTooLargeError
+from onceflow.client.producer import (
+    AsyncProducer,
+    Producer,
+    RecordTooLargeError,
+    TransactionAbortableError,
+)
 from onceflow.client.producer.accumulator import RecordAccumulator, serialized_size_upper_bound
 from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.producer.sender import Sender
@@ -39,21 +46,35 @@ def test_size_bound_is_at_least_the_built_batch_and_tight(key, value, headers):
     assert built <= bound <= built + 30
 
 
-def test_records_too_large_are_refused_before_anything_is_queued(broker):
+def test_a_record_too_large_fails_its_future_and_callback_and_nothing_is_queued(broker):
+    """As Kafka's doSend: the RecordTooLargeException goes to the returned future and the callback,
+    send() itself does not raise; the record is not queued and the producer goes on."""
     topic = f"size-{uuid.uuid4().hex[:8]}"
     limit = 2_000
     producer = Producer({"bootstrap.servers": broker.bootstrap, "max.request.size": limit})
+    delivered: list[tuple] = []
     try:
         fits = b"a" * (limit - 100)  # bound: 61 + 21 + 1 + 2 + 1900 = 1985
         producer.send(topic, fits).get(30)
-        with pytest.raises(RecordTooLargeError, match="max.request.size") as refused:
-            producer.send(topic, b"b" * limit)
-        assert refused.value.code == ErrorCode.MESSAGE_TOO_LARGE
-        with pytest.raises(RecordTooLargeError):
-            producer.send(topic, b"c", headers=[("big", b"h" * limit)])
-        # send_many is all or nothing: the small records before the big one are not queued either.
-        with pytest.raises(RecordTooLargeError):
-            producer.send_many(topic, [b"d1", b"d2", b"e" * limit, b"d3"], partition=0)
+        big = b"b" * limit
+        refused = producer.send(
+            topic, big, callback=lambda metadata, error: delivered.append((metadata, error))
+        )
+        assert refused.done()  # failed at once, before anything was queued
+        with pytest.raises(RecordTooLargeError) as failed:
+            refused.get(0)
+        assert failed.value.code == ErrorCode.MESSAGE_TOO_LARGE
+        message = str(failed.value)  # the size, the limit and the setting's name
+        assert f"{serialized_size_upper_bound(None, big, None)} bytes" in message
+        assert f"max.request.size ({limit})" in message
+        assert delivered == [(None, failed.value)]  # the callback ran, with the same error
+        with pytest.raises(RecordTooLargeError, match="max.request.size"):
+            producer.send(topic, b"c", headers=[("big", b"h" * limit)]).get(0)
+        # send_many is all or nothing: the small records around the big one are not queued either.
+        many = producer.send_many(topic, [b"d1", b"d2", b"e" * limit, b"d3"], partition=0)
+        assert len(many) == 1 and many[0].done()
+        with pytest.raises(RecordTooLargeError, match="record 2 of the 4 given to send_many"):
+            many[0].get(0)
         producer.send(topic, b"last", partition=0).get(30)
         producer.flush()
     finally:
@@ -67,13 +88,61 @@ def test_buffer_memory_bounds_a_record_too(broker):
         producer = AsyncProducer(
             {"bootstrap.servers": broker.bootstrap, "buffer.memory": 5_000, "batch.size": 1_000}
         )
+        topic = f"size-{uuid.uuid4().hex[:8]}"
         try:
+            future = await producer.send(topic, b"x" * 6_000)  # does not raise
+            with pytest.raises(RecordTooLargeError, match=r"buffer\.memory \(5000\)") as failed:
+                await future
+            assert f"{serialized_size_upper_bound(None, b'x' * 6_000, None)} bytes" in str(failed.value)
+            (many,) = await producer.send_many(topic, [b"y", b"x" * 6_000])
             with pytest.raises(RecordTooLargeError, match="buffer.memory"):
-                await producer.send(f"size-{uuid.uuid4().hex[:8]}", b"x" * 6_000)
+                await many
+            return (await (await producer.send(topic, b"small"))).offset
         finally:
             await producer.close()
 
-    asyncio.run(scenario())
+    assert asyncio.run(scenario()) == 0  # nothing refused was written
+
+
+@pytest.mark.parametrize("how", ["send", "send_many"])
+def test_a_record_too_large_in_a_transaction_makes_it_abortable(broker, how):
+    """Kafka's doSend moves a transactional producer to the abortable error state on such an error
+    (TransactionManager.maybeTransitionToErrorState): the transaction's queued records fail, further
+    sends and commit_transaction() raise TransactionAbortableError, and after abort_transaction()
+    the next transaction commits."""
+    topic = f"size-txn-{uuid.uuid4().hex[:8]}"
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "transactional.id": f"size-{uuid.uuid4().hex[:8]}",
+            "max.request.size": 2_000,
+            "linger.ms": 60_000,  # `queued` stays in the accumulator until the failure
+        }
+    )
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        queued = producer.send(topic, b"queued", partition=0)
+        if how == "send":
+            refused = producer.send(topic, b"x" * 3_000, partition=0)
+        else:
+            (refused,) = producer.send_many(topic, [b"y", b"x" * 3_000], partition=0)
+        with pytest.raises(RecordTooLargeError):
+            refused.get(0)
+        with pytest.raises(TransactionAbortableError):
+            queued.get(30)  # the sender failed the transaction's unsent record
+        with pytest.raises(TransactionAbortableError):
+            producer.send(topic, b"more", partition=0)
+        with pytest.raises(TransactionAbortableError, match="max.request.size"):
+            producer.commit_transaction()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"next", partition=0)
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    records = read_back(broker.bootstrap, topic, 1, read_committed=True)
+    assert [m.value() for m in records] == [b"next"]
 
 
 class _RequestLog(ScriptedBroker):
@@ -164,13 +233,15 @@ def test_a_batch_above_the_topics_max_message_bytes_is_split_until_it_fits(broke
         assert offsets == list(range(15))
 
 
-def test_a_single_record_above_max_message_bytes_fails_with_the_brokers_error(broker):
+def test_a_single_record_above_max_message_bytes_fails_with_record_too_large(broker):
+    """MESSAGE_TOO_LARGE for a batch of one record cannot be split: Kafka's producer fails the record
+    with RecordTooLargeException; ours with RecordTooLargeError, naming the setting to raise."""
     topic = _topic_with_max_message_bytes(broker.bootstrap, 5_000)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
     try:
-        with pytest.raises(Exception) as failed:
+        with pytest.raises(RecordTooLargeError, match="max.message.bytes") as failed:
             producer.send(topic, b"x" * 6_000).get(30)
-        assert getattr(failed.value, "code", None) == ErrorCode.MESSAGE_TOO_LARGE
+        assert failed.value.code == ErrorCode.MESSAGE_TOO_LARGE
         assert producer.send(topic, b"small").get(30).offset == 0  # the producer goes on
     finally:
         producer.close()
@@ -229,16 +300,18 @@ def test_only_the_record_too_large_for_the_topic_fails_when_its_batch_is_split(b
     try:
         futures = [producer.send(topic, v) for v in values]
         producer.flush()
-        outcomes = []
-        for future in futures:
+        outcomes, errors = [], {}
+        for i, future in enumerate(futures):
             try:
                 outcomes.append(future.get(30).offset)
             except Exception as exc:  # noqa: BLE001 - the outcome is what we check
                 outcomes.append(getattr(exc, "code", exc))
+                errors[i] = exc
         after = producer.send(topic, b"after").get(30).offset
     finally:
         producer.close()
     assert outcomes[2] == ErrorCode.MESSAGE_TOO_LARGE
+    assert isinstance(errors[2], RecordTooLargeError)
     written = [o for i, o in enumerate(outcomes) if i != 2]
     assert all(isinstance(o, int) and o >= 0 for o in written), outcomes
     records = read_back(broker.bootstrap, topic, 5)

@@ -1,13 +1,15 @@
-"""CreatePartitions (37): grow topics to a larger partition count (Kafka never shrinks a topic). As in
-Kafka, a request adding more than 10,000 partitions in all is refused whole with POLICY_VIOLATION
-(see :mod:`onceflow.broker.handlers.create_topics`)."""
+"""CreatePartitions (37): grow topics to a larger partition count (Kafka never shrinks a topic).
+
+As in Kafka, one request may add at most 10,000 partitions in all; above that every topic of the
+request is refused with POLICY_VIOLATION and nothing is created.
+"""
 
 from __future__ import annotations
 
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.handlers.create_topics import MAX_RECORDS_PER_USER_OP, TOO_LARGE_MESSAGE
+from onceflow.broker.topics import MAX_PARTITIONS_PER_REQUEST
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 37
@@ -36,22 +38,25 @@ def _grow(ctx: RequestContext, topic, validate_only: bool) -> None:
     ctx.topics.create_partitions(topic.name, topic.count, validate_only=validate_only)
 
 
-def _new_partitions(ctx: RequestContext, request: CreatePartitionsRequest) -> int:
-    total = 0
-    for topic in request.topics:
-        current = ctx.topics.get(topic.name)
-        if current is not None and topic.count > len(current.partitions):
-            total += topic.count - len(current.partitions)
-    return total
+def _new_partitions(ctx: RequestContext, topic) -> int:
+    current = ctx.topics.get(topic.name)
+    return max(topic.count - len(current.partitions), 0) if current is not None else 0
 
 
 async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
-    if _new_partitions(ctx, request) > MAX_RECORDS_PER_USER_OP:
-        results = [
-            _Result(name=t.name, error_code=int(ErrorCode.POLICY_VIOLATION), error_message=TOO_LARGE_MESSAGE)
-            for t in request.topics
-        ]
-        return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+    total = sum(_new_partitions(ctx, topic) for topic in request.topics)
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        message = (
+            f"the request would add {total} partitions in all; one request may add at most "
+            f"{MAX_PARTITIONS_PER_REQUEST}: grow the topics in several requests"
+        )
+        return CreatePartitionsResponse(
+            throttle_time_ms=0,
+            results=[
+                _Result(name=topic.name, error_code=int(ErrorCode.POLICY_VIOLATION), error_message=message)
+                for topic in request.topics
+            ],
+        )
     names = [t.name for t in request.topics]
     results = []
     for topic in request.topics:

@@ -1,12 +1,8 @@
 """CreateTopics (19): new topics with a partition count and config overrides, or a dry run.
 
 One broker: the replication factor must be -1 (the default) or 1, and manual assignments may only
-name this broker.
-
-Kafka's controller writes one metadata record per topic, partition and config override, and refuses
-a request that would take more than ``MAX_RECORDS_PER_USER_OP`` (10,000) of them: every topic of it
-gets POLICY_VIOLATION and none is created. So does this broker (CreatePartitions too), which would
-otherwise spend minutes creating a partition count near 2^31 on its only event loop and fill the disk.
+name this broker. As in Kafka, a request that would make more than 10,000 partitions in all is refused
+as a whole (POLICY_VIOLATION for each of its topics) before anything is checked or created.
 """
 
 from __future__ import annotations
@@ -15,6 +11,7 @@ from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.topic_configs import describe_topic_configs
+from onceflow.broker.topics import MAX_PARTITIONS_PER_REQUEST
 from onceflow.protocol.errors import (
     ErrorCode,
     InvalidPartitions,
@@ -28,9 +25,6 @@ API_KEY = 19
 MIN_VERSION = 2
 MAX_VERSION = 7
 REQUEST = CreateTopicsRequest
-
-MAX_RECORDS_PER_USER_OP = 10_000
-TOO_LARGE_MESSAGE = "Unable to perform excessively large batch operation."
 
 _Result = CreateTopicsResponse.CreatableTopicResult
 _Config = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
@@ -60,6 +54,16 @@ def _partition_count(ctx: RequestContext, topic) -> int:
             f"Number of partitions was set to an invalid non-positive value {topic.num_partitions}."
         )
     return topic.num_partitions
+
+
+def _requested_partitions(ctx: RequestContext, topic) -> int:
+    """Partitions a topic of the request asks for, as Kafka counts them against the limit: its
+    assignments, else its count (-1: num.partitions); a count below 1 makes none."""
+    if topic.assignments:
+        return len(topic.assignments)
+    if topic.num_partitions == -1:
+        return ctx.config.num_partitions
+    return max(topic.num_partitions, 0)
 
 
 def _create(ctx: RequestContext, topic, validate_only: bool) -> _Result:
@@ -95,7 +99,17 @@ def _failed(name: str, code: ErrorCode, message: str | None) -> _Result:
     )
 
 
-def _create_all(ctx: RequestContext, request: CreateTopicsRequest, validate_only: bool) -> list[_Result]:
+async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    total = sum(_requested_partitions(ctx, topic) for topic in request.topics)
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        message = (
+            f"the request asks for {total} partitions in all; one request may create at most "
+            f"{MAX_PARTITIONS_PER_REQUEST}: create the topics in several requests"
+        )
+        return CreateTopicsResponse(
+            throttle_time_ms=0,
+            topics=[_failed(topic.name, ErrorCode.POLICY_VIOLATION, message) for topic in request.topics],
+        )
     names = [t.name for t in request.topics]
     results = []
     for topic in request.topics:
@@ -105,28 +119,7 @@ def _create_all(ctx: RequestContext, request: CreateTopicsRequest, validate_only
             )
             continue
         try:
-            results.append(_create(ctx, topic, validate_only))
+            results.append(_create(ctx, topic, request.validate_only))
         except KafkaError as exc:
             results.append(_failed(topic.name, error_code_for(exc), str(exc)))
-    return results
-
-
-def _metadata_records(request: CreateTopicsRequest, checked: list[_Result]) -> int:
-    """The records Kafka's controller would write for the topics that pass: a topic record, one per
-    partition and one per config override."""
-    return sum(
-        1 + result.num_partitions + len(topic.configs)
-        for topic, result in zip(request.topics, checked, strict=True)
-        if result.error_code == 0
-    )
-
-
-async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
-    checked = _create_all(ctx, request, validate_only=True)
-    if _metadata_records(request, checked) > MAX_RECORDS_PER_USER_OP:
-        results = [_failed(t.name, ErrorCode.POLICY_VIOLATION, TOO_LARGE_MESSAGE) for t in request.topics]
-    elif request.validate_only:
-        results = checked
-    else:
-        results = _create_all(ctx, request, validate_only=False)
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)

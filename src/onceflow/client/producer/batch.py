@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -293,6 +294,14 @@ class BatchFuture(RecordFuture):
         if batch.error is not None:
             raise batch.error
         return batch.metadata(self.index)
+
+
+def failed_future(topic: str, partition: int, error: BaseException) -> RecordFuture:
+    """The future of a record refused before it was queued (Kafka's ``FutureFailure``): already done,
+    holding ``error``; callbacks added to it run at once, in the caller's thread."""
+    batch = ProducerBatch(topic, partition, None, time.monotonic(), 0)
+    batch.complete(-1, -1, error)
+    return RecordFuture(batch, 0)
 
 
 def _compressed(batch: bytearray, codec: int) -> bytearray:

@@ -8,7 +8,9 @@
 - Retriable errors (``KafkaError.retriable``) are retried inside the producer until
   ``delivery.timeout.ms``; a user sees them only as :class:`DeliveryTimeoutError`.
 - :class:`IllegalTransactionStateError`: the API was called out of order (e.g. commit before begin).
-- :class:`RecordTooLargeError`: raised by send() itself for a record that no request could carry.
+- :class:`RecordTooLargeError`: the record can never be written as it is (larger than max.request.size
+  or buffer.memory, or than the topic's max.message.bytes on its own). As in Kafka, send() does not
+  raise it: it is the error of the record's future and callback.
 """
 
 from __future__ import annotations
@@ -61,8 +63,11 @@ class IllegalTransactionStateError(ProducerError):
 
 
 class RecordTooLargeError(ProducerError):
-    """send() refused a record whose serialized size exceeds max.request.size or buffer.memory: no
-    request could carry it. Nothing was queued; raise the setting or send smaller records."""
+    """The record is too large to be written (Kafka's RecordTooLargeException). Either send() refused
+    it before queueing it, because its serialized size exceeds max.request.size or buffer.memory, or
+    the broker refused it alone in a batch as above the topic's max.message.bytes. It is the error of
+    the record's future and callback, not raised by send(); in a transaction the transaction fails
+    (abort it). Raise the setting named in the message or send smaller records."""
 
     code = ErrorCode.MESSAGE_TOO_LARGE
 

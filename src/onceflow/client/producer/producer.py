@@ -35,7 +35,7 @@ from onceflow.client.producer.accumulator import (
     RecordAccumulator,
     serialized_size_upper_bound,
 )
-from onceflow.client.producer.batch import RecordFuture, RecordMetadata
+from onceflow.client.producer.batch import RecordFuture, RecordMetadata, failed_future
 from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.producer.errors import (
     FATAL_CODES,
@@ -198,6 +198,9 @@ class AsyncProducer:
         """Queue a record; returns its :class:`RecordFuture` (await it for the :class:`RecordMetadata`).
 
         Waits only for metadata of a new topic or for room in buffer.memory (both up to max.block.ms).
+        A record larger than max.request.size or buffer.memory is not queued: as in Kafka, the
+        :class:`RecordTooLargeError` is not raised here but is in the future returned (already done),
+        and in a transaction it makes the transaction fail (commit raises; abort and start again).
         """
         if not self._started:
             await self.start()
@@ -221,13 +224,15 @@ class AsyncProducer:
         """The part of send() that needs no waiting: usable from any thread (the sync facade)."""
         if self._closed:
             raise ProducerClosedError("send() after close()")
-        if headers or (len(value) if value else 0) + (len(key) if key else 0) > (
-            self._record_size_limit - RECORD_SIZE_SLACK
-        ):
-            self._check_record_size(key, value, headers)
         txn = self.txn
         if txn.transactional_id is not None:
             txn.check_can_send()
+        if headers or (len(value) if value else 0) + (len(key) if key else 0) > (
+            self._record_size_limit - RECORD_SIZE_SLACK
+        ):
+            too_large = self._record_size_error(key, value, headers)
+            if too_large is not None:
+                return self._refuse(topic, partition, too_large)
         chosen = partition is None
         if chosen:
             partition = self._partitioner.partition(topic, key, count)
@@ -266,7 +271,9 @@ class AsyncProducer:
         Records go to partitions as ``send`` would place them, in order within each partition, but the
         batch builder is fed in a loop with no per-record future: the result holds one
         :class:`RecordFuture` per batch used (for its last record). Await them all, or ``flush()`` and
-        call ``result()`` on each, to learn whether every record was written.
+        call ``result()`` on each, to learn whether every record was written. If any record is larger
+        than max.request.size or buffer.memory, none is queued and the result is one future holding
+        the :class:`RecordTooLargeError` (in a transaction, the transaction fails, as with ``send``).
         """
         if not self._started:
             await self.start()
@@ -290,7 +297,17 @@ class AsyncProducer:
         next group fits (0: none, go on). The async and the sync producer differ only in how they
         wait, so each iterates this and waits its own way.
         """
-        for part, indices in self._plan_many(topic, values, keys, partition, count, headers):
+        if self._closed:
+            raise ProducerClosedError("send_many() after close()")
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"send_many: {len(keys)} keys for {len(values)} values")
+        if self.txn.transactional_id is not None:
+            self.txn.check_can_send()
+        too_large = self._many_size_error(values, keys, headers)
+        if too_large is not None:
+            futures.append(self._refuse(topic, partition, too_large))
+            return
+        for part, indices in self._plan_many(topic, values, keys, partition, count):
             position = 0
             while True:
                 position, need = self._append_group(
@@ -300,14 +317,9 @@ class AsyncProducer:
                 if not need:
                     break
 
-    def _plan_many(
-        self, topic, values, keys, partition, count, headers=None
-    ) -> list[tuple[int, Sequence[int]]]:
+    def _plan_many(self, topic, values, keys, partition, count) -> list[tuple[int, Sequence[int]]]:
         """Which partition each record goes to, as ``[(partition, indices in order)]``."""
         n = len(values)
-        if keys is not None and len(keys) != n:
-            raise ValueError(f"send_many: {len(keys)} keys for {n} values")
-        self._check_many_sizes(values, keys, headers)
         if partition is not None:
             if not 0 <= partition < count:
                 raise KafkaError(f"partition {partition} of {topic!r} does not exist (it has {count})", 3)
@@ -377,20 +389,24 @@ class AsyncProducer:
             self._wake_sender()
         return position, need
 
-    def _check_record_size(self, key, value, headers) -> None:
+    def _record_size_error(
+        self, key, value, headers, which: str = "the record", note: str = ""
+    ) -> RecordTooLargeError | None:
+        """Kafka's ensureValidRecordSize: the error for a record whose batch of one could exceed
+        max.request.size (no request could carry it) or buffer.memory (it could never be buffered)."""
         size = serialized_size_upper_bound(key, value, headers)
         if size <= self._record_size_limit:
-            return
+            return None
         if size > self.config.max_request_size:
             setting, limit = "max.request.size", self.config.max_request_size
         else:
             setting, limit = "buffer.memory", self.config.buffer_memory
-        raise RecordTooLargeError(
-            f"the record is {size} bytes when serialized, more than {setting} ({limit}); "
-            f"raise {setting} (and the topic's max.message.bytes) or send smaller records"
+        return RecordTooLargeError(
+            f"{which} is {size} bytes when serialized, more than {setting} ({limit}); "
+            f"raise {setting} (and the topic's max.message.bytes) or send smaller records{note}"
         )
 
-    def _check_many_sizes(self, values, keys, headers) -> None:
+    def _many_size_error(self, values, keys, headers) -> RecordTooLargeError | None:
         """send_many's records against the size limit, before any is queued (all or nothing)."""
         if headers is None:
             try:
@@ -401,11 +417,34 @@ class AsyncProducer:
             except TypeError:  # a None key or value: measure one by one
                 longest = self._record_size_limit
             if longest <= self._record_size_limit - RECORD_SIZE_SLACK:
-                return
+                return None
         for i, value in enumerate(values):
-            self._check_record_size(
-                keys[i] if keys is not None else None, value, headers[i] if headers is not None else None
+            error = self._record_size_error(
+                keys[i] if keys is not None else None,
+                value,
+                headers[i] if headers is not None else None,
+                f"record {i} of the {len(values)} given to send_many",
+                f"; none of the {len(values)} was queued",
             )
+            if error is not None:
+                return error
+        return None
+
+    def _refuse(self, topic: str, partition: int | None, error: RecordTooLargeError) -> RecordFuture:
+        """A record refused before it was queued. Kafka's doSend hands such an error to the future and
+        the callback instead of raising it, and a transactional producer moves to the abortable error
+        state (TransactionManager.maybeTransitionToErrorState): commit_transaction() then fails, the
+        transaction's queued records fail with it, and abort_transaction() starts over. As in Kafka,
+        under the transaction protocol v1 the abort also bumps the epoch (InitProducerId); under v2
+        EndTxn bumps it anyway."""
+        log.debug("send to %s refused: %s", topic, error)
+        txn = self.txn
+        if txn.transactional_id is not None:
+            if not txn.transaction_v2:
+                txn.epoch_bump_required = True
+            self._fail_transaction(error)  # a fatal error met meanwhile stays fatal
+            self._wake_sender()
+        return failed_future(topic, -1 if partition is None else partition, error)
 
     def _block_deadline(self) -> float:
         return time.monotonic() + self.config.max_block_ms / 1000.0

@@ -27,7 +27,8 @@ when their in-flight batches are done. A transactional producer instead fails th
 (abortable), and the epoch is bumped with InitProducerId after abort_transaction().
 
 MESSAGE_TOO_LARGE on a batch of several records: the batch is split in two and both halves are
-resent (again, if still too large), as Kafka's producer does; see :meth:`Sender._split`.
+resent (again, if still too large), as Kafka's producer does; see :meth:`Sender._split`. A batch of
+one record fails with :class:`RecordTooLargeError` (Kafka's RecordTooLargeException).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.producer.errors import (
     FATAL_CODES,
     DeliveryTimeoutError,
+    RecordTooLargeError,
     TransactionAbortableError,
     fatal_error_for,
 )
@@ -393,12 +395,12 @@ class Sender:
             else:
                 self.accumulator.requeue(tp, [batch])
         else:
-            reason = "delivery.timeout.ms passed" if expired else code.name
-            error = (
-                DeliveryTimeoutError(f"{what}: {reason}")
-                if expired
-                else KafkaError(f"{what}: {code.name}" + (f" ({message})" if message else ""), code)
-            )
+            if expired:
+                error = DeliveryTimeoutError(f"{what}: delivery.timeout.ms passed")
+            elif code == ErrorCode.MESSAGE_TOO_LARGE:
+                error = _too_large(what, batch, message)
+            else:
+                error = KafkaError(f"{what}: {code.name}" + (f" ({message})" if message else ""), code)
             self._complete(batch, -1, -1, error)
             if batch.base_sequence >= 0:
                 self._sequence_gap(tp, seq, error)
@@ -565,6 +567,17 @@ class Sender:
             log.warning("AddPartitionsToTxn failed: %s", exc)
         finally:
             self.wakeup()
+
+
+def _too_large(what: str, batch: ProducerBatch, message: str) -> RecordTooLargeError:
+    """MESSAGE_TOO_LARGE for a batch that cannot be split (one record): Kafka's RecordTooLargeException."""
+    size = batch.size()
+    return RecordTooLargeError(
+        f"{what}: MESSAGE_TOO_LARGE: the broker refused a batch of {batch.record_count} record"
+        f"{'s' if batch.record_count != 1 else ''} ({size} bytes) as larger than the topic's "
+        "max.message.bytes (or the broker's message.max.bytes); raise it or send smaller records"
+        + (f" (broker: {message})" if message else "")
+    )
 
 
 def _within(window: deque[ProducerBatch], batch: ProducerBatch, limit: int) -> bool:

@@ -97,7 +97,9 @@ class Producer:
     ) -> RecordFuture:
         """Queue a record. Returns a :class:`RecordFuture` (``.get(timeout)`` blocks for the metadata);
         ``callback(metadata, error)`` runs on the producer's thread when the record is acknowledged or
-        failed. Blocks only for a new topic's metadata or a full buffer.memory (up to max.block.ms)."""
+        failed. Blocks only for a new topic's metadata or a full buffer.memory (up to max.block.ms).
+        A record too large to send is not queued and not raised: its future holds the
+        :class:`RecordTooLargeError`, and ``callback`` runs at once, in the caller's thread."""
         producer = self._async
         count = producer._network.partition_counts.get(topic)
         result = None
