@@ -136,6 +136,7 @@ class Log:
 
         ``producer_id_expiration_ms`` is the broker's ``producer.id.expiration.ms``."""
         directory = Path(directory)
+        new = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
         marker = directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
@@ -161,6 +162,9 @@ class Log:
         result._delete_oldest(result._below_log_start, "records deleted below the log start")
         start, end = result.log_start_offset, result.log_end_offset
         replayed = result._replay_producer_state(state.load_latest(directory, start, end, now_ms=now))
+        if new:
+            log.debug("created log %s", directory)  # a new partition: nothing to recover or report
+            return result
         log.info(
             "opened log %s (%s shutdown): offsets [%d, %d), %d segment(s), %d producer(s), "
             "%d producer batch(es) replayed",
