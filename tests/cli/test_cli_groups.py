@@ -149,8 +149,8 @@ def test_describe_a_live_group_names_the_owner_of_each_partition(bootstrap, prot
 def test_describe_a_group_that_does_not_exist(bootstrap):
     group = topic_name("desc-missing")
     result = groups(bootstrap, "describe", group)
-    assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0] == f"group {group}: Dead" and rows(result.output) == []
+    assert result.exit_code == 1, result.output
+    assert f"consumer group '{group}' does not exist" in result.output
 
 
 def test_describe_shows_no_committed_offset_where_a_transaction_holds_one(bootstrap):

@@ -81,6 +81,11 @@ def describe(group_id, bootstrap):
         return description, await _offsets_and_log_ends(admin, group_id, description)
 
     group, offsets = _run(bootstrap, work)
+    if group.state == "Dead" and not group.members and not offsets:
+        # What a coordinator answers for a group it does not know (as Kafka's tool says it).
+        raise click.ClickException(
+            f"consumer group {group_id!r} does not exist; list groups with `onceflow groups list`"
+        )
     out.print(
         f"group {group.group_id}: {group.state}"
         + (f", assignor {group.protocol}" if group.protocol else "")
