@@ -26,9 +26,10 @@ The cache holds at most ``max.incremental.fetch.session.cache.slots`` sessions. 
 new session may evict, as Kafka's ``FetchSessionCache.tryEvict``: first the least recently used
 session if it has been idle longer than ``min.incremental.fetch.session.eviction.ms``; else the
 least valuable evictable session (ordered by privileged, size, id) if the new one is worth at least
-as much. A session becomes evictable by size once it has been used more than the eviction time
-after its creation; sessions of followers (privileged) only by other privileged sessions. With no
-room the full fetch is still answered, with session id 0.
+as much (so a consumer's session never evicts a follower's by size). A session becomes evictable by
+size once it is used more than the eviction time after its creation; before that a consumer's
+session may give way only to a follower's (privileged) one, and a follower's to none. With no room
+the full fetch is still answered, with session id 0.
 """
 
 from __future__ import annotations
