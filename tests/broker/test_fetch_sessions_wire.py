@@ -333,3 +333,22 @@ def test_no_cache_slots_means_sessionless_answers(tmp_path):
             await client.close()
 
     run(scenario())
+
+
+def test_a_partition_named_twice_is_answered_once(tmp_path):
+    async def scenario():
+        async with running_broker(tmp_path) as broker:
+            broker.topics.create_topic("t", 2)
+            client = await RawClient.connect(broker.port)
+            await produce(client, "t", 0, [b"a"])
+            request = session_fetch({("t", 0): 0, ("t", 1): 0})
+            request.topics.append(session_fetch({("t", 0): 1}).topics[0])  # p0 again, at another offset
+            response = await client.request(request, 12)
+            assert [(t.topic, [p.partition_index for p in t.partitions]) for t in response.responses] == [
+                ("t", [0, 1])
+            ]
+            # As in Kafka's request map, the last mention's data wins (offset 1: nothing to read).
+            assert listed(response)[("t", 0)].records == b""
+            await client.close()
+
+    run(scenario())
