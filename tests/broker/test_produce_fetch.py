@@ -209,7 +209,7 @@ def test_fetch_long_poll_is_woken_by_an_append(tmp_path, log_opener):
     run(scenario())
 
 
-def test_fetch_limits_sessions_ids_and_errors(tmp_path, log_opener):
+def test_fetch_limits_ids_and_errors(tmp_path, log_opener):
     async def scenario():
         async with running_broker(tmp_path, log_opener=log_opener) as broker:
             topic = broker.topics.create_topic("t", 2)
@@ -240,12 +240,9 @@ def test_fetch_limits_sessions_ids_and_errors(tmp_path, log_opener):
 
             response = await client.request(fetch_request("", {0: 0}, topic_id=uuid.uuid4()), 13)
             assert fetched(response).error_code == ErrorCode.UNKNOWN_TOPIC_ID
-            # Sessions: a full fetch opening a session gets session id 0 (sessionless) ...
-            response = await client.request(fetch_request("t", {0: 0}, session_epoch=0), 12)
+            # Sessionless (epoch -1) answers carry session id 0; sessions: test_fetch_sessions_wire.py.
+            response = await client.request(fetch_request("t", {0: 0}), 12)
             assert (response.error_code, response.session_id) == (0, 0)
-            # ... and an incremental fetch in an unknown session is refused.
-            response = await client.request(fetch_request("t", {0: 0}, session_id=123, session_epoch=1), 12)
-            assert response.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
             await client.close()
 
     run(scenario())

@@ -2,6 +2,7 @@
 
 import socket
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -98,6 +99,21 @@ def test_broker_config_uses_kafka_names(tmp_path):
     assert config.auto_create_topics_enable is False
     assert config.faults == {"drop-response-after-append": 0.5}
     assert config.data_dir == tmp_path
+
+
+def test_fetch_session_settings_use_kafka_names_and_defaults(tmp_path):
+    default = broker_config("127.0.0.1", 0, tmp_path, {}, {})
+    assert default.max_incremental_fetch_session_cache_slots == 1000
+    assert default.min_incremental_fetch_session_eviction_ms == 120000
+    names = {
+        "max.incremental.fetch.session.cache.slots": "0",
+        "min.incremental.fetch.session.eviction.ms": "5000",
+    }
+    config = broker_config("127.0.0.1", 0, tmp_path, {}, names)
+    assert config.max_incremental_fetch_session_cache_slots == 0
+    assert config.min_incremental_fetch_session_eviction_ms == 5000
+    with pytest.raises(click.BadParameter, match="cache.slots must be >= 0"):
+        broker_config("127.0.0.1", 0, tmp_path, {}, {"max.incremental.fetch.session.cache.slots": "-1"})
 
 
 def test_dev_mode_forms_groups_at_once_unless_told_otherwise(tmp_path):

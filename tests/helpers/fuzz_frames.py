@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import struct
+import uuid
 
 from hypothesis import strategies as st
 from kafka.protocol.admin import DescribeConfigsRequest
@@ -54,18 +55,28 @@ def _produce(topic: str, codec: str) -> ProduceRequest:
     )
 
 
-def _fetch(topic: str) -> FetchRequest:
+def _fetch(
+    topic: str,
+    *,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forget: tuple[int, ...] = (),
+    topic_id: uuid.UUID | None = None,
+) -> FetchRequest:
+    """A Fetch of partition 0; a session id/epoch and forgotten partitions make it incremental
+    (KIP-227); ``topic_id`` names the topic by id (v13+)."""
+    names = {"topic_id": topic_id} if topic_id is not None else {"topic": topic}
     return FetchRequest(
         replica_id=-1,
         max_wait_ms=0,
         min_bytes=0,
         max_bytes=1 << 16,
         isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
+        session_id=session_id,
+        session_epoch=session_epoch,
         topics=[
             FetchRequest.FetchTopic(
-                topic=topic,
+                **names,
                 partitions=[
                     FetchRequest.FetchTopic.FetchPartition(
                         partition=0,
@@ -78,7 +89,9 @@ def _fetch(topic: str) -> FetchRequest:
                 ],
             )
         ],
-        forgotten_topics_data=[],
+        forgotten_topics_data=[FetchRequest.ForgottenTopic(**names, partitions=list(forget))]
+        if forget
+        else [],
         rack_id="",
     )
 
@@ -118,6 +131,12 @@ def template_frames(topic: str, anchor_topic: str) -> list[bytes]:
         (_produce(topic, "zstd"), 7),
         (_fetch(anchor_topic), 12),
         (_fetch(topic), 4),
+        # Fetch sessions: a full fetch that opens one, incremental ones (sessions the broker may or
+        # may not have, forgotten partitions), by name and by topic id.
+        (_fetch(anchor_topic, session_epoch=0), 12),
+        (_fetch(anchor_topic, session_id=0x1234_5678, session_epoch=1, forget=(1, 2)), 12),
+        (_fetch("", session_id=7, session_epoch=3, forget=(0,), topic_id=uuid.UUID(int=0xF00D)), 13),
+        (_fetch("", session_epoch=0, topic_id=uuid.UUID(int=0xF00D)), 17),
         (_list_offsets(anchor_topic), 7),
         (_list_offsets(topic), 1),
         (FindCoordinatorRequest(key="fuzz-group", key_type=0), 2),

@@ -31,6 +31,11 @@ class BrokerConfig:
     # without a heartbeat a member is removed. A rebalance reaches a member at its next heartbeat.
     group_consumer_heartbeat_interval_ms: int = 5000  # group.consumer.heartbeat.interval.ms
     group_consumer_session_timeout_ms: int = 45000  # group.consumer.session.timeout.ms
+    # Incremental fetch sessions (KIP-227; broker/fetch_session.py): how many the broker keeps (0: none,
+    # every fetch is answered sessionless), and how long one must be idle, or have existed, before a
+    # new session may evict it.
+    max_incremental_fetch_session_cache_slots: int = 1000  # max.incremental.fetch.session.cache.slots
+    min_incremental_fetch_session_eviction_ms: int = 120000  # min.incremental.fetch.session.eviction.ms
     # Transaction coordinator (broker/txn): Kafka's names and defaults.
     transaction_max_timeout_ms: int = 900000  # transaction.max.timeout.ms
     transactional_id_expiration_ms: int = 604800000  # transactional.id.expiration.ms
@@ -47,6 +52,16 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
+        if self.max_incremental_fetch_session_cache_slots < 0:
+            raise ValueError(
+                "max.incremental.fetch.session.cache.slots must be >= 0, "
+                f"not {self.max_incremental_fetch_session_cache_slots}"
+            )
+        if self.min_incremental_fetch_session_eviction_ms < 0:
+            raise ValueError(
+                "min.incremental.fetch.session.eviction.ms must be >= 0, "
+                f"not {self.min_incremental_fetch_session_eviction_ms}"
+            )
         if not MIN_TRANSACTION_VERSION <= self.transaction_version <= MAX_TRANSACTION_VERSION:
             raise ValueError(
                 f"transaction.version must be {MIN_TRANSACTION_VERSION}..{MAX_TRANSACTION_VERSION}, "

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from onceflow.broker.config import BrokerConfig
     from onceflow.broker.faults import Faults
+    from onceflow.broker.fetch_session import FetchSessionCache
     from onceflow.broker.topics import TopicManager
 
 
@@ -25,6 +26,7 @@ class BrokerServices:
     cluster_id: str
     advertised_host: str
     advertised_port: int
+    fetch_sessions: FetchSessionCache
     producer_ids: Any = None
     groups: Any = None
     transactions: Any = None
@@ -49,6 +51,10 @@ class RequestContext:
     @property
     def faults(self) -> Faults:
         return self.services.faults
+
+    @property
+    def fetch_sessions(self) -> FetchSessionCache:
+        return self.services.fetch_sessions
 
     @property
     def producer_ids(self) -> Any:

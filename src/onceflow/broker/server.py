@@ -26,6 +26,7 @@ from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import RequestReceived, SupportedApi
 from onceflow.broker.context import BrokerServices, RequestContext
 from onceflow.broker.faults import Faults
+from onceflow.broker.fetch_session import FetchSessionCache
 from onceflow.broker.group.service import start_group_coordinator
 from onceflow.broker.handlers import HANDLERS
 from onceflow.broker.malloc_tuning import keep_freed_memory_for_reuse
@@ -84,6 +85,10 @@ class Broker:
             cluster_id=self.topics.cluster_id,
             advertised_host=self.config.host,
             advertised_port=self.port,
+            fetch_sessions=FetchSessionCache(
+                self.config.max_incremental_fetch_session_cache_slots,
+                self.config.min_incremental_fetch_session_eviction_ms,
+            ),
             groups=start_group_coordinator(self.config, self.topics),
             # The one producer-id allocator of this data dir (InitProducerId; the transaction
             # coordinator must use this same instance, or ids could repeat).

@@ -8,20 +8,30 @@ The wait ends when the data read reaches ``min_bytes``, when ``max_wait_ms`` pas
 a partition has an error (Kafka's delayed-fetch rules). Appends wake the waiting fetches through the
 partitions' waiter sets.
 
-Fetch sessions (KIP-227) are not kept: every session is "sessionless", which Kafka's rules allow and
-clients handle. A full fetch (epoch 0 or -1) is served with ``session_id`` 0, which tells the client
-no session was created so its next fetch is full again; an incremental fetch (epoch > 0) names a
-session we do not have and gets FETCH_SESSION_ID_NOT_FOUND, after which clients fall back to full.
+Fetch sessions (KIP-227): the request's session id and epoch go to the broker's
+``FetchSessionCache`` (``ctx.fetch_sessions``, module ``onceflow.broker.fetch_session``), which says
+which partitions to read (the request's, or all of an incremental fetch's session) and, once read,
+what to answer: every partition and maybe a new session id for a full fetch, only the partitions
+with something to say for an incremental one, or a session error at once. Fetch v4-6 have no
+session fields and are served sessionless, as Kafka's ``FetchMetadata.LEGACY``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.fetch_session import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    PartitionKey,
+    PartitionRequest,
+    SessionRequest,
+)
 from onceflow.broker.topics import Partition
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
@@ -33,22 +43,50 @@ MAX_VERSION = 17
 REQUEST = FetchRequest
 
 READ_COMMITTED = 1
-NO_SESSION = 0
 _TopicResponse = FetchResponse.FetchableTopicResponse
 _PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
 _AbortedTxn = _PartitionData.AbortedTransaction
 
 
-def _resolve(ctx: RequestContext, topic_req, index: int) -> tuple[Partition | None, ErrorCode]:
-    if ctx.api_version >= 13:
-        topic = ctx.topics.get_by_id(topic_req.topic_id)
-        if topic is None:
-            return None, ErrorCode.UNKNOWN_TOPIC_ID
-        name = topic.name
+def _session_request(version: int, request: FetchRequest) -> SessionRequest:
+    """The session metadata and partitions of a request; v13+ name topics by id, older by name."""
+    uses_topic_ids = version >= 13
+    partitions: dict[PartitionKey, PartitionRequest] = {}
+    for topic_req in request.topics:
+        topic = topic_req.topic_id if uses_topic_ids else topic_req.topic
+        for p in topic_req.partitions:
+            partitions[(topic, p.partition)] = PartitionRequest(
+                p.fetch_offset,
+                p.partition_max_bytes,
+                p.current_leader_epoch,
+                p.last_fetched_epoch,
+                p.log_start_offset,
+            )
+    if version >= 15:
+        replica_id = request.replica_state.replica_id if request.replica_state is not None else -1
     else:
-        name = topic_req.topic
+        replica_id = request.replica_id
+    if version < 7:  # no session fields: sessionless, Kafka's FetchMetadata.LEGACY
+        return SessionRequest(INVALID_SESSION_ID, FINAL_EPOCH, False, replica_id >= 0, partitions)
+    forgotten = [
+        (ft.topic_id if uses_topic_ids else ft.topic, index)
+        for ft in request.forgotten_topics_data or ()
+        for index in ft.partitions
+    ]
+    return SessionRequest(
+        request.session_id, request.session_epoch, uses_topic_ids, replica_id >= 0, partitions, forgotten
+    )
+
+
+def _resolve(ctx: RequestContext, key: PartitionKey, by_id: bool) -> tuple[Partition | None, ErrorCode]:
+    topic, index = key
+    if by_id:
+        found = ctx.topics.get_by_id(topic)
+        if found is None:
+            return None, ErrorCode.UNKNOWN_TOPIC_ID
+        topic = found.name
     try:
-        return ctx.topics.get_partition(name, index), ErrorCode.NONE
+        return ctx.topics.get_partition(topic, index), ErrorCode.NONE
     except KafkaError as exc:
         return None, error_code_for(exc)
 
@@ -67,37 +105,40 @@ def _error_partition(index: int, code: ErrorCode) -> _PartitionData:
 
 
 class _FetchPass:
-    """One read over every requested partition, within the request's byte limits."""
+    """One read over the partitions of a fetch context, in its order, within the request's byte limits."""
 
-    def __init__(self, ctx: RequestContext, request: FetchRequest) -> None:
-        self.topics: list[_TopicResponse] = []
+    def __init__(
+        self,
+        ctx: RequestContext,
+        request: FetchRequest,
+        to_read: list[tuple[PartitionKey, PartitionRequest]],
+        by_id: bool,
+    ) -> None:
+        self.results: list[tuple[PartitionKey, _PartitionData]] = []
         self.bytes_read = 0
         self.has_error = False
         self.partitions: list[Partition] = []
         read_committed = request.isolation_level == READ_COMMITTED
         remaining = request.max_bytes
-        for topic_req in request.topics:
-            results = []
-            for part_req in topic_req.partitions:
-                partition, code = _resolve(ctx, topic_req, part_req.partition)
-                if partition is None:
-                    self.has_error = True
-                    results.append(_error_partition(part_req.partition, code))
-                    continue
-                self.partitions.append(partition)
-                data = self._read(
-                    partition, part_req, min(part_req.partition_max_bytes, remaining), read_committed
-                )
-                if data.error_code:
-                    self.has_error = True
-                remaining = max(0, remaining - len(data.records))
-                self.bytes_read += len(data.records)
-                results.append(data)
-            self.topics.append(
-                _TopicResponse(topic=topic_req.topic, topic_id=topic_req.topic_id, partitions=results)
+        for key, part_req in to_read:
+            partition, code = _resolve(ctx, key, by_id)
+            if partition is None:
+                self.has_error = True
+                self.results.append((key, _error_partition(key[1], code)))
+                continue
+            self.partitions.append(partition)
+            data = self._read(
+                partition, key[1], part_req, min(part_req.partition_max_bytes, remaining), read_committed
             )
+            if data.error_code:
+                self.has_error = True
+            remaining = max(0, remaining - len(data.records))
+            self.bytes_read += len(data.records)
+            self.results.append((key, data))
 
-    def _read(self, partition: Partition, part_req, limit: int, read_committed: bool) -> _PartitionData:
+    def _read(
+        self, partition: Partition, index: int, part_req: PartitionRequest, limit: int, read_committed: bool
+    ) -> _PartitionData:
         plog = partition.log
         upper = plog.last_stable_offset if read_committed else plog.high_watermark
         records = b""
@@ -111,9 +152,9 @@ class _FetchPass:
                 )
         except KafkaError as exc:
             # Kafka answers a failed read without offsets (-1), only the error.
-            return _error_partition(part_req.partition, error_code_for(exc))
+            return _error_partition(index, error_code_for(exc))
         return _PartitionData(
-            partition_index=part_req.partition,
+            partition_index=index,
             error_code=0,
             high_watermark=plog.high_watermark,
             last_stable_offset=plog.last_stable_offset,
@@ -138,18 +179,17 @@ def _aborted(plog, fetch_offset: int, upper: int, records) -> list[_AbortedTxn]:
 
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
-    if ctx.api_version >= 7 and request.session_epoch > 0:
-        # An incremental fetch in a session we never created.
+    session_request = _session_request(ctx.api_version, request)
+    context = ctx.fetch_sessions.new_context(session_request, _now_ms())
+    if context.error:
         return FetchResponse(
-            throttle_time_ms=0,
-            error_code=int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND),
-            session_id=NO_SESSION,
-            responses=[],
+            throttle_time_ms=0, error_code=int(context.error), session_id=INVALID_SESSION_ID, responses=[]
         )
+    by_id = session_request.uses_topic_ids
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, request.max_wait_ms) / 1000.0
     while True:
-        result = _FetchPass(ctx, request)
+        result = _FetchPass(ctx, request, context.partitions, by_id)
         remaining = deadline - loop.time()
         if (
             result.has_error
@@ -159,7 +199,32 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
         ):
             break
         await _wait_for_data(loop, result.partitions, remaining)
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=NO_SESSION, responses=result.topics)
+    answer = context.respond(result.results, _now_ms())
+    return FetchResponse(
+        throttle_time_ms=0,
+        error_code=int(answer.error_code),
+        session_id=answer.session_id,
+        responses=_topic_responses(answer.partitions, by_id),
+    )
+
+
+def _topic_responses(results: list[tuple[PartitionKey, _PartitionData]], by_id: bool) -> list[_TopicResponse]:
+    """Partitions grouped by topic, each run of one topic's partitions in one topic entry (Kafka's
+    FetchResponse.of does the same)."""
+    topics: list[_TopicResponse] = []
+    current: object = None
+    for (topic, _), data in results:
+        if not topics or topic != current:
+            current = topic
+            topics.append(
+                _TopicResponse(topic="" if by_id else topic, topic_id=topic if by_id else None, partitions=[])
+            )
+        topics[-1].partitions.append(data)
+    return topics
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 async def _wait_for_data(
