@@ -129,6 +129,8 @@ class GroupMembership:
         self.owned: list[TopicPartition] = []
         self.rejoin_needed = True
         self.lost = False  # membership gone (fenced, expired, left): owned partitions are lost
+        # (generation, member id) the last heartbeat went out as: its answer applies only to those
+        self._heartbeat_sent_as: tuple[int, str] | None = None
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -304,6 +306,7 @@ class GroupMembership:
     # -- Heartbeat and LeaveGroup ----------------------------------------------------------------
 
     def heartbeat_request(self) -> HeartbeatRequest:
+        self._heartbeat_sent_as = (self.generation_id, self.member_id)
         return HeartbeatRequest(
             group_id=self.group_id,
             generation_id=self.generation_id,
@@ -312,8 +315,14 @@ class GroupMembership:
         )
 
     def on_heartbeat_response(self, response) -> Action:
+        """What a heartbeat's answer asks for. An answer about a generation the member has left since
+        the heartbeat went out (a rejoin started, it left) is ignored, as in Kafka's consumer: the
+        JoinGroup in flight will tell."""
         code = ErrorCode(response.error_code)
-        if code == ErrorCode.NONE:
+        sent_as, self._heartbeat_sent_as = self._heartbeat_sent_as, None
+        if code == ErrorCode.NONE or self.state != MemberState.STABLE:
+            return Action.NONE
+        if sent_as is not None and sent_as != (self.generation_id, self.member_id):
             return Action.NONE
         action = self._error_action(code)
         if action == Action.REJOIN:
