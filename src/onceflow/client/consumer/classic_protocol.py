@@ -135,7 +135,7 @@ class GroupCoordinator(GroupCoordinatorBase):
         """The leader's job: metadata for every member's topics, then the chosen assignor."""
         m = self.membership
         topics = sorted({t for s in joined.members.values() for t in s.topics})
-        metadata = await self.client.metadata(topics)
+        metadata = await self.client.metadata(topics, auto_create=self.config.allow_auto_create_topics)
         counts = {t: len(info.partitions) for t, info in metadata.topics.items() if info.partitions}
         assignments = m.compute_assignments(joined.members, counts)
         log.info(

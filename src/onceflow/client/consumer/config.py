@@ -55,6 +55,8 @@ class ConsumerConfig:
     retry_backoff_ms: int = 100
     check_crcs: bool = True
     metadata_max_age_ms: int = 300000
+    # Sent as Metadata's allow_auto_topic_creation when asking for the subscribed topics: a broker with
+    # auto.create.topics.enable creates a missing one only if this allows it too.
     allow_auto_create_topics: bool = True
 
     def __post_init__(self) -> None:

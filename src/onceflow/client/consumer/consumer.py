@@ -113,6 +113,7 @@ class AsyncConsumer:
             )
         self._next_auto_commit = 0.0
         self._next_pattern_match = 0.0  # classic protocol: when to match the pattern against metadata again
+        self._metadata_topics: frozenset[str] | None = None  # the subscription Metadata was asked for
         self._poll_deadline = 0.0  # the running poll's: rebalance callbacks (and their commits) run in poll
         self._leaving: asyncio.Task | None = None  # unsubscribe's commit, callback and leave
         self._listener_error: BaseException | None = None
@@ -251,6 +252,7 @@ class AsyncConsumer:
             )
             leave = self._leave_group(owned, positions, lost=not in_generation)
         self._subscriptions.unsubscribe()
+        self._metadata_topics = None
         if self._fetcher is not None:
             self._fetcher.clear_buffers()
         if m is not None:
@@ -402,9 +404,9 @@ class AsyncConsumer:
             return  # unsubscribe's leave is still under way
         if self._coordinator is not None:
             if self._subscriptions.mode == AUTO_TOPICS:
-                if self._subscriptions.pattern is not None and not isinstance(
-                    self._membership, ConsumerMembership
-                ):
+                if self._subscriptions.pattern is None:
+                    await self._subscription_metadata()
+                elif not isinstance(self._membership, ConsumerMembership):
                     await self._match_pattern()
                 await self._coordinator.ensure_active(deadline)
             if self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
@@ -413,6 +415,16 @@ class AsyncConsumer:
         if self._subscriptions.missing_positions():
             await self._update_positions(deadline)
         await self._fetcher.ensure_running()
+
+    async def _subscription_metadata(self) -> None:
+        """Ask Metadata for the subscribed topics once per subscription, with allow.auto.create.topics
+        (Metadata v4+'s allow_auto_topic_creation): a broker with auto.create.topics.enable creates a
+        missing one only if both allow it, as for Kafka's consumers."""
+        topics = frozenset(self._subscriptions.topics)
+        if topics == self._metadata_topics:
+            return
+        await self._client.metadata(sorted(topics), auto_create=self.config.allow_auto_create_topics)
+        self._metadata_topics = topics
 
     def _pattern(self) -> str | None:
         pattern = self._subscriptions.pattern
