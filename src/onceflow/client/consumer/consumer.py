@@ -244,7 +244,12 @@ class AsyncConsumer:
         its partitions lost instead, and commits nothing, as Kafka's consumers do."""
         m = self._membership
         leave = None
-        if self._coordinator is not None and m is not None and self._subscriptions.mode == AUTO_TOPICS:
+        if (
+            self._coordinator is not None
+            and m is not None
+            and self._subscriptions.mode == AUTO_TOPICS
+            and self._leaving is None  # else that leave is still under way, and no poll joined since
+        ):
             owned = self._subscriptions.assigned()
             in_generation = m.active
             positions = (
@@ -409,6 +414,7 @@ class AsyncConsumer:
                 elif not isinstance(self._membership, ConsumerMembership):
                     await self._match_pattern()
                 await self._coordinator.ensure_active(deadline)
+            self._coordinator.last_poll = time.monotonic()  # callbacks that ran in it count as polling
             if self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
                 self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
                 await self._commit_quietly(deadline=deadline)
@@ -532,7 +538,8 @@ class AsyncConsumer:
         return await self._list_offsets([TopicPartition(*tp) for tp in partitions], LATEST_TIMESTAMP)
 
     async def position(self, partition: TopicPartition) -> int:
-        """The offset of the next record poll returns for ``partition`` (resolving it if needed)."""
+        """The offset of the next record poll returns for ``partition`` (resolving it if needed, within
+        default.api.timeout.ms, else :class:`ConsumerTimeout`)."""
         tp = TopicPartition(*partition)
         st = self._subscriptions.state(tp)
         if st.position is None:
