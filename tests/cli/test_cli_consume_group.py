@@ -16,7 +16,7 @@ from tests.conftest import topic_name
 
 from onceflow.cli.main import cli
 from onceflow.client import Producer
-from onceflow.client.consumer import CommitFailed, ConsumerRecord, TopicPartition
+from onceflow.client.consumer import CommitFailed, ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 from onceflow.client.simple import SimpleClient
 
 PARTITIONS = 3
@@ -191,6 +191,9 @@ class FakeConsumer:
     def poll(self, timeout_ms=0, max_records=None):
         self.polls += 1
         return self.batch if self.polls == 1 else []
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return ConsumerGroupMetadata("g", 1, "member-1", None)  # joined
 
     def commit(self, offsets=None):
         if self.commit_error is not None:

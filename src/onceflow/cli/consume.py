@@ -207,7 +207,7 @@ def _consume_group(
         with _Interrupts() as interrupts:
             consumer = Consumer(topic, config=config)
             try:
-                idle_since = None  # set once the first poll has joined the group
+                idle_since = None  # set once the consumer has joined the group
                 while not interrupts.stop_requested and (max_messages is None or count < max_messages):
                     wait_ms = _POLL_MS
                     if timeout is not None and idle_since is not None:
@@ -219,7 +219,8 @@ def _consume_group(
                         timeout_ms=wait_ms,
                         max_records=None if max_messages is None else max_messages - count,
                     )
-                    if idle_since is None:
+                    # Polls keep to their timeout, so a join can take several: --timeout starts once in.
+                    if idle_since is None and (records or consumer.group_metadata().generation_id > 0):
                         idle_since = time.monotonic()
                     offsets: dict[TopicPartition, int] = {}  # the next offset to read, per partition
                     printed = 0

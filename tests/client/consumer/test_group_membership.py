@@ -107,6 +107,41 @@ def test_heartbeat_errors(error, action):
         assert m.lost and m.lose_partitions() == [TP("t", 0)]
 
 
+@pytest.mark.parametrize(
+    "error", [ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS], ids=lambda e: e.name
+)
+def test_a_heartbeat_answer_arriving_after_a_rejoin_started_is_left_to_the_join(error):
+    """Kafka's generationUnchanged rule: the heartbeat went out in generation 1, then poll started a
+    rejoin; the answer must not reset the member under the JoinGroup in flight."""
+    m = GroupMembership("g", [RangeAssignor()])
+    m.join_request(["t"])
+    m.on_join_response(join_response(leader="other"))
+    m.on_sync_response(sync_response([TP("t", 0)]))
+    heartbeat = m.heartbeat_request()
+    assert heartbeat.generation_id == 1
+    m.request_rejoin()
+    m.join_request(["t"])
+    assert m.on_heartbeat_response(HeartbeatResponse(error_code=error)) == Action.NONE
+    assert m.state == MemberState.JOINING and not m.lost
+    joined = m.on_join_response(join_response(leader="other", generation=2))
+    assert joined.action == Action.NONE and m.state == MemberState.SYNCING
+
+
+def test_a_heartbeat_answer_about_an_earlier_generation_is_ignored():
+    m = GroupMembership("g", [RangeAssignor()])
+    m.join_request(["t"])
+    m.on_join_response(join_response(leader="other"))
+    m.on_sync_response(sync_response([TP("t", 0)]))
+    m.heartbeat_request()  # in generation 1
+    m.join_request(["t"])
+    m.on_join_response(join_response(leader="other", generation=2))
+    m.on_sync_response(sync_response([TP("t", 0)]))
+    assert m.on_heartbeat_response(HeartbeatResponse(error_code=ErrorCode.ILLEGAL_GENERATION)) == Action.NONE
+    assert m.state == MemberState.STABLE and not m.lost and not m.rejoin_needed
+    m.heartbeat_request()  # in generation 2: its answer counts
+    assert m.on_heartbeat_response(HeartbeatResponse(error_code=ErrorCode.ILLEGAL_GENERATION)) == Action.LOST
+
+
 def test_illegal_transition_names_state_and_event():
     m = GroupMembership("g", [RangeAssignor()])
     with pytest.raises(IllegalMemberTransition, match="UNJOINED"):

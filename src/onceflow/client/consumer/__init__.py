@@ -2,7 +2,7 @@
 
 from onceflow.client.consumer.config import ConsumerConfig
 from onceflow.client.consumer.consumer import AsyncConsumer, NoOffsetForPartition
-from onceflow.client.consumer.coordinator import CommitFailed
+from onceflow.client.consumer.offset_commit import CommitFailed, ConsumerTimeout, RebalanceInProgress
 from onceflow.client.consumer.structs import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -18,7 +18,9 @@ __all__ = [
     "ConsumerConfig",
     "ConsumerGroupMetadata",
     "ConsumerRecord",
+    "ConsumerTimeout",
     "NoOffsetForPartition",
     "OffsetAndMetadata",
+    "RebalanceInProgress",
     "TopicPartition",
 ]

@@ -49,9 +49,14 @@ class ConsumerConfig:
     # Kafka 3.x's default list: range first, cooperative-sticky so a group can migrate to it.
     partition_assignment_strategy: list[str] = field(default_factory=lambda: ["range", "cooperative-sticky"])
     request_timeout_ms: int = 30000
+    # How long commit(), committed() and position() wait for the coordinator or broker before raising
+    # ConsumerTimeout, unless given their own timeout (Kafka's default.api.timeout.ms).
+    default_api_timeout_ms: int = 60000
     retry_backoff_ms: int = 100
     check_crcs: bool = True
     metadata_max_age_ms: int = 300000
+    # Sent as Metadata's allow_auto_topic_creation when asking for the subscribed topics: a broker with
+    # auto.create.topics.enable creates a missing one only if this allows it too.
     allow_auto_create_topics: bool = True
 
     def __post_init__(self) -> None:
@@ -105,6 +110,7 @@ class ConsumerConfig:
             "heartbeat_interval_ms",
             "max_poll_interval_ms",
             "request_timeout_ms",
+            "default_api_timeout_ms",
         ):
             if getattr(self, name) <= 0:
                 raise InvalidConfig(f"{name.replace('_', '.')} must be positive, got {getattr(self, name)}")

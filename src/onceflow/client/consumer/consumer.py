@@ -2,8 +2,9 @@
 
 Group work (rebalances, callbacks, auto commit) happens inside ``getmany``/``poll``, as in Kafka's
 consumers, so a user's records and callbacks never interleave unexpectedly; heartbeats run in the
-background. Records come back as lists per partition (``getmany``), or flattened with their topic and
-partition (``poll``).
+background. Poll keeps to its timeout: a coordinator that cannot be found or a join still in flight
+make it return no records at its deadline, and the next poll carries on. Records come back as lists
+per partition (``getmany``), or flattened with their topic and partition (``poll``).
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from typing import Any
 
 from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AsyncClient
 from onceflow.client.consumer.assignors import assignors_for
+from onceflow.client.consumer.classic_protocol import GroupCoordinator
 from onceflow.client.consumer.config import CONSUMER, ConsumerConfig
 from onceflow.client.consumer.consumer_membership import ConsumerMembership
 from onceflow.client.consumer.consumer_protocol import ConsumerGroupCoordinator
-from onceflow.client.consumer.coordinator import CommitFailed, GroupCoordinator, GroupCoordinatorBase
+from onceflow.client.consumer.coordinator import GroupCoordinatorBase
 from onceflow.client.consumer.fetcher import Fetcher
 from onceflow.client.consumer.group import GroupMembership
+from onceflow.client.consumer.offset_commit import CommitFailed, RebalanceInProgress
 from onceflow.client.consumer.structs import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -38,6 +41,7 @@ from onceflow.protocol.errors import ErrorCode, KafkaError
 log = logging.getLogger(__name__)
 
 _RECORD_FIELDS = attrgetter("offset", "timestamp", "key", "value", "headers")
+_CLOSE_TIMEOUT_MS = 30000  # Kafka's KafkaConsumer.close() default
 _new_tuple = tuple.__new__
 
 Listener = Callable[[list[TopicPartition]], Any]
@@ -109,6 +113,8 @@ class AsyncConsumer:
             )
         self._next_auto_commit = 0.0
         self._next_pattern_match = 0.0  # classic protocol: when to match the pattern against metadata again
+        self._metadata_topics: frozenset[str] | None = None  # the subscription Metadata was asked for
+        self._poll_deadline = 0.0  # the running poll's: rebalance callbacks (and their commits) run in poll
         self._leaving: asyncio.Task | None = None  # unsubscribe's commit, callback and leave
         self._listener_error: BaseException | None = None
         self._last_committed: dict[TopicPartition, int] = {}
@@ -155,20 +161,27 @@ class AsyncConsumer:
     async def __aexit__(self, *exc_info) -> None:
         await self.close()
 
-    async def close(self, *, autocommit: bool = True) -> None:
-        """Commit (with enable.auto.commit), revoke, leave the group and close connections."""
+    async def close(self, *, autocommit: bool = True, timeout_ms: int | None = None) -> None:
+        """Commit (with enable.auto.commit), revoke, leave the group and close connections. The commit
+        and the leave give up after ``timeout_ms`` (30 s, Kafka's default) when the coordinator does
+        not answer; the revoke callback is not timed."""
         if self._closed:
             return
         self._closed = True
+        deadline = time.monotonic() + (_CLOSE_TIMEOUT_MS if timeout_ms is None else timeout_ms) / 1000
         try:
-            await self._finish_leaving()
+            if not await self._finish_leaving(deadline):
+                leaving, self._leaving = self._leaving, None
+                leaving.cancel()
+                await asyncio.gather(leaving, return_exceptions=True)
             if self._coordinator is not None:
                 m = self._membership
-                if m is not None and m.active and m.owned:
+                owned = self._subscriptions.assigned() if self._subscriptions.mode == AUTO_TOPICS else []
+                if m is not None and m.active and owned:
                     if autocommit and self.config.enable_auto_commit:
-                        await self._commit_quietly()
-                    await _call(self._listeners[1], list(m.owned))
-                await self._coordinator.close()
+                        await self._commit_quietly(deadline=deadline)
+                    await _call(self._listeners[1], owned)
+                await self._coordinator.close(deadline=deadline)
         finally:
             if self._fetcher is not None:
                 await self._fetcher.close()
@@ -227,19 +240,24 @@ class AsyncConsumer:
         """Stop reading the subscription and leave the group, so its partitions move to the other
         members at once (Kafka's consumers do the same). The commit of the positions (with
         enable.auto.commit), the revoke callback and the leave run in the background; the next poll
-        and close() wait for them."""
+        and close() wait for them. A member caught between generations (a rebalance in flight) reports
+        its partitions lost instead, and commits nothing, as Kafka's consumers do."""
         m = self._membership
         leave = None
         if (
             self._coordinator is not None
             and m is not None
-            and m.active
             and self._subscriptions.mode == AUTO_TOPICS
+            and self._leaving is None  # else that leave is still under way, and no poll joined since
         ):
-            owned = list(m.owned)
-            positions = self._current_positions(owned) if self.config.enable_auto_commit else {}
-            leave = self._leave_group(owned, positions)
+            owned = self._subscriptions.assigned()
+            in_generation = m.active
+            positions = (
+                self._current_positions(owned) if in_generation and self.config.enable_auto_commit else {}
+            )
+            leave = self._leave_group(owned, positions, lost=not in_generation)
         self._subscriptions.unsubscribe()
+        self._metadata_topics = None
         if self._fetcher is not None:
             self._fetcher.clear_buffers()
         if m is not None:
@@ -247,13 +265,15 @@ class AsyncConsumer:
         if leave is not None:
             self._leaving = asyncio.get_running_loop().create_task(leave)
 
-    async def _leave_group(self, owned: list[TopicPartition], positions: dict) -> None:
+    async def _leave_group(self, owned: list[TopicPartition], positions: dict, *, lost: bool) -> None:
         if positions:
             try:
-                await self._coordinator.commit(positions)
+                deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
+                await self._coordinator.commit(positions, deadline=deadline)
             except (KafkaError, OSError) as exc:
                 log.warning("commit on unsubscribe failed: %s", exc)
-        await self._listener(1, owned)
+        if owned:
+            await (self._listener(2, owned, fallback=1) if lost else self._listener(1, owned))
         await self._coordinator.leave_group()
 
     def assignment(self) -> set[TopicPartition]:
@@ -290,7 +310,7 @@ class AsyncConsumer:
 
     async def _partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         if revoked and self.config.enable_auto_commit:
-            await self._commit_quietly(revoked)
+            await self._commit_quietly(revoked, deadline=self._poll_deadline)
         await self._listener(1, revoked)
         self._subscriptions.remove(revoked)
         self._fetcher.clear_buffers(revoked)
@@ -317,10 +337,12 @@ class AsyncConsumer:
             raise KafkaError("the consumer is closed")
         fetcher = self._fetcher
         limit = max_records or self.config.max_poll_records
-        deadline = time.monotonic() + timeout_ms / 1000
+        deadline = self._poll_deadline = time.monotonic() + timeout_ms / 1000
+        if self._coordinator is not None:
+            self._coordinator.last_poll = time.monotonic()  # max.poll.interval.ms counts from here
         while True:
             try:
-                await self._prepare()
+                await self._prepare(deadline)
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
@@ -380,23 +402,35 @@ class AsyncConsumer:
             for task in waits:
                 task.cancel()
 
-    async def _prepare(self) -> None:
-        """Everything poll does before taking records: rebalance, auto commit, positions, fetching."""
-        await self._finish_leaving()
+    async def _prepare(self, deadline: float) -> None:
+        """Everything poll does before taking records: rebalance, auto commit, positions, fetching.
+        Waiting for the coordinator stops at ``deadline``; a join in flight is not waited for."""
+        if not await self._finish_leaving(deadline):
+            return  # unsubscribe's leave is still under way
         if self._coordinator is not None:
             if self._subscriptions.mode == AUTO_TOPICS:
-                if self._subscriptions.pattern is not None and not isinstance(
-                    self._membership, ConsumerMembership
-                ):
+                if self._subscriptions.pattern is None:
+                    await self._subscription_metadata()
+                elif not isinstance(self._membership, ConsumerMembership):
                     await self._match_pattern()
-                await self._coordinator.ensure_active()
-            self._coordinator.last_poll = time.monotonic()
+                await self._coordinator.ensure_active(deadline)
+            self._coordinator.last_poll = time.monotonic()  # callbacks that ran in it count as polling
             if self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
                 self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
-                await self._commit_quietly()
+                await self._commit_quietly(deadline=deadline)
         if self._subscriptions.missing_positions():
-            await self._update_positions()
+            await self._update_positions(deadline)
         await self._fetcher.ensure_running()
+
+    async def _subscription_metadata(self) -> None:
+        """Ask Metadata for the subscribed topics once per subscription, with allow.auto.create.topics
+        (Metadata v4+'s allow_auto_topic_creation): a broker with auto.create.topics.enable creates a
+        missing one only if both allow it, as for Kafka's consumers."""
+        topics = frozenset(self._subscriptions.topics)
+        if topics == self._metadata_topics:
+            return
+        await self._client.metadata(sorted(topics), auto_create=self.config.allow_auto_create_topics)
+        self._metadata_topics = topics
 
     def _pattern(self) -> str | None:
         pattern = self._subscriptions.pattern
@@ -415,20 +449,28 @@ class AsyncConsumer:
             log.info("subscription pattern now matches %s", sorted(self._subscriptions.topics))
             self._membership.request_rejoin()
 
-    async def _finish_leaving(self) -> None:
-        leaving, self._leaving = self._leaving, None
-        if leaving is not None:
-            await leaving
+    async def _finish_leaving(self, deadline: float) -> bool:
+        """Wait until ``deadline`` for unsubscribe's leave; whether it is over."""
+        leaving = self._leaving
+        if leaving is None:
+            return True
+        await asyncio.wait({leaving}, timeout=max(deadline - time.monotonic(), 0))  # never cancels it
+        if not leaving.done():
+            return False
+        if self._leaving is leaving:
+            self._leaving = None
+            leaving.result()
+        return True
 
     # -- positions -------------------------------------------------------------------------------
 
-    async def _update_positions(self) -> None:
+    async def _update_positions(self, deadline: float) -> None:
         missing = self._subscriptions.missing_positions()
         to_reset: dict[str, list[TopicPartition]] = {}
         committed: dict = {}
         plain = [tp for tp in missing if self._subscriptions.state(tp).reset_strategy is None]
         if self._coordinator is not None and plain:
-            committed = await self._coordinator.fetch_committed(plain)
+            committed = await self._coordinator.fetch_committed(plain, deadline=deadline)
         for tp in missing:
             st = self._subscriptions.state(tp)
             found = committed.get(tp)
@@ -496,13 +538,14 @@ class AsyncConsumer:
         return await self._list_offsets([TopicPartition(*tp) for tp in partitions], LATEST_TIMESTAMP)
 
     async def position(self, partition: TopicPartition) -> int:
-        """The offset of the next record poll returns for ``partition`` (resolving it if needed)."""
+        """The offset of the next record poll returns for ``partition`` (resolving it if needed, within
+        default.api.timeout.ms, else :class:`ConsumerTimeout`)."""
         tp = TopicPartition(*partition)
         st = self._subscriptions.state(tp)
         if st.position is None:
             if not self._started:
                 await self.start()
-            await self._update_positions()
+            await self._update_positions(time.monotonic() + self.config.default_api_timeout_ms / 1000)
         return self._subscriptions.state(tp).position
 
     def pause(self, *partitions: TopicPartition) -> None:
@@ -524,16 +567,24 @@ class AsyncConsumer:
             raise KafkaError("the consumer is not started: call start() or poll first")
         return self._coordinator
 
+    def _api_deadline(self, timeout_ms: int | None) -> float:
+        return (
+            time.monotonic()
+            + (self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        )
+
     async def committed(
-        self, partitions: TopicPartition | Iterable[TopicPartition]
+        self, partitions: TopicPartition | Iterable[TopicPartition], *, timeout_ms: int | None = None
     ) -> OffsetAndMetadata | None | dict[TopicPartition, OffsetAndMetadata | None]:
-        """The committed offset of one partition (None if none), or a dict for several."""
+        """The committed offset of one partition (None if none), or a dict for several. Raises
+        :class:`ConsumerTimeout` if the coordinator cannot answer within ``timeout_ms``
+        (default.api.timeout.ms)."""
         if not self._started:
             await self.start()
         coordinator = self._require_group()
         single = isinstance(partitions, tuple) and len(partitions) == 2 and isinstance(partitions[0], str)
         tps = [TopicPartition(*partitions)] if single else [TopicPartition(*tp) for tp in partitions]
-        found = await coordinator.fetch_committed(tps)
+        found = await coordinator.fetch_committed(tps, deadline=self._api_deadline(timeout_ms))
         result = {tp: (OffsetAndMetadata(*found[tp]) if found.get(tp) else None) for tp in tps}
         return result[tps[0]] if single else result
 
@@ -545,13 +596,25 @@ class AsyncConsumer:
         }
 
     async def commit(
-        self, offsets: dict[TopicPartition, int | OffsetAndMetadata | tuple[int, str]] | None = None
+        self,
+        offsets: dict[TopicPartition, int | OffsetAndMetadata | tuple[int, str]] | None = None,
+        *,
+        timeout_ms: int | None = None,
     ) -> None:
         """Commit ``offsets`` (the next offset to read, per partition), or every current position.
-        Raises :class:`CommitFailed` when the group rebalanced in between."""
+        Raises :class:`CommitFailed` when the group rebalanced in between (:class:`RebalanceInProgress`
+        while it is rebalancing: poll, then commit again), :class:`ConsumerTimeout` when the coordinator
+        cannot take it within ``timeout_ms`` (default.api.timeout.ms), or the broker's error."""
         if not self._started:
             await self.start()
         coordinator = self._require_group()
+        m = self._membership
+        if self._subscriptions.mode == AUTO_TOPICS and m is not None and not m.active:
+            # Kafka's rule: a subscribed member commits under its generation, so not between two.
+            raise RebalanceInProgress(
+                f"commit to group {self.config.group_id!r}: the consumer is not in an active generation "
+                "(a rebalance is in progress, or it left the group); poll() to rejoin, then commit again"
+            )
         if offsets is None:
             normalised = self._current_positions()
         else:
@@ -561,7 +624,7 @@ class AsyncConsumer:
                     normalised[TopicPartition(*tp)] = (value, "")
                 else:
                     normalised[TopicPartition(*tp)] = (value[0], value[1] if len(value) > 1 else "")
-        await coordinator.commit(normalised)
+        await coordinator.commit(normalised, deadline=self._api_deadline(timeout_ms))
         self._last_committed.update({tp: o for tp, (o, _m) in normalised.items()})
 
     def commit_async(
@@ -587,10 +650,16 @@ class AsyncConsumer:
 
         return asyncio.get_running_loop().create_task(run())
 
-    async def _commit_quietly(self, partitions: list[TopicPartition] | None = None) -> None:
-        """Auto commit: positions that moved since the last commit; failures are logged (the records
-        will be read again, never skipped)."""
-        if self._coordinator is None:
+    async def _commit_quietly(
+        self, partitions: list[TopicPartition] | None = None, *, deadline: float
+    ) -> None:
+        """Auto commit: positions that moved since the last commit, retried until ``deadline``; failures
+        are logged (the records will be read again, never skipped). Nothing while a subscribed member
+        is between generations."""
+        m = self._membership
+        if self._coordinator is None or (
+            self._subscriptions.mode == AUTO_TOPICS and m is not None and not m.active
+        ):
             return
         positions = {
             tp: om
@@ -600,7 +669,7 @@ class AsyncConsumer:
         if not positions:
             return
         try:
-            await self._coordinator.commit(positions)
+            await self._coordinator.commit(positions, deadline=deadline)
             self._last_committed.update({tp: o for tp, (o, _m) in positions.items()})
         except CommitFailed as exc:
             log.info("auto commit skipped: %s", exc)

@@ -5,7 +5,10 @@ builds, one at a time, and runs its reconciliations inside the consumer's poll (
 does), so ``on_revoke``/``on_assign`` run where the user processes records. The heartbeat task
 answers the coordinator at the interval it asks for, and at once after a reconciliation, whose new
 owned partitions are the acknowledgement the coordinator waits for before it hands the partitions
-on. Topic ids in assignments are named through Metadata.
+on. Joining (heartbeats at epoch 0 until the coordinator answers) runs in a task that poll starts and
+does not wait for, so poll stays within its timeout while the coordinator is away; the task ends once
+the member is in the group, and the next poll reconciles. Topic ids in assignments are named through
+Metadata.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from onceflow.client.async_client import AsyncClient
 from onceflow.client.connection import BrokerConnectionError
 from onceflow.client.consumer.config import ConsumerConfig
 from onceflow.client.consumer.consumer_membership import ConsumerMembership
-from onceflow.client.consumer.coordinator import GroupCoordinatorBase, capped_version
+from onceflow.client.consumer.coordinator import GroupCoordinatorBase, capped_version, remaining
 from onceflow.client.consumer.group import Action
 from onceflow.client.consumer.structs import TopicPartition
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnsupportedVersion
@@ -54,6 +57,8 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
         self._heartbeat_lock = asyncio.Lock()
         self._heartbeat_now = asyncio.Event()
         self._heartbeat_task: asyncio.Task | None = None
+        self._joining: asyncio.Task | None = None  # heartbeats at epoch 0 until in the group
+        self._stop_joining = asyncio.Event()
 
     # -- commits ---------------------------------------------------------------------------------
 
@@ -63,33 +68,57 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
             return -1, "", None
         return m.member_epoch, m.member_id, m.group_instance_id
 
-    async def _refresh_member_epoch(self) -> bool:
-        await self._heartbeat()
+    async def _refresh_member_epoch(self, deadline: float) -> bool:
+        await self._heartbeat(deadline)
         return self.membership.active
 
     # -- poll's part: join, report lost partitions, reconcile ------------------------------------
 
-    async def ensure_active(self) -> None:
+    async def ensure_active(self, deadline: float) -> None:
         m = self.membership
         if m.fatal is not None:
             raise m.fatal
-        self.last_poll = time.monotonic()
         self.rejoin_event.clear()
         if m.lost:
             await self._on_lost(m.lose_partitions())
-        while not m.joined:
-            action = await self._heartbeat()
-            if m.fatal is not None:
-                raise m.fatal
-            if m.lost:
-                await self._on_lost(m.lose_partitions())
-            if action is not Action.NONE:
-                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
-        if m.subscription_changed:
+        if not m.joined:
+            self._start_heartbeats()  # it waits for the join, then keeps the member in between polls
+            if self._joining is None or self._joining.done():
+                self._stop_joining.clear()
+                self._joining = asyncio.get_running_loop().create_task(self._join())
+                self._joining.add_done_callback(lambda _task: self.rejoin_event.set())
+            return  # poll carries on; the task wakes it when the member is in (or failed for good)
+        if m.subscription_changed:  # the heartbeat task tells the coordinator at once
             m.subscription_changed = False
-            await self._heartbeat()
+            self._heartbeat_now.set()
         await self._reconcile()
         self._start_heartbeats()
+
+    async def _join(self) -> None:
+        """Heartbeat at epoch 0 until the coordinator takes the member in, backing off between
+        attempts; stops on a fatal answer, on partitions to report lost (poll does), or when leaving."""
+        m = self.membership
+        backoff = self.config.retry_backoff_ms / 1000
+        while not (m.joined or m.fatal is not None or m.lost or self._closed or self._stop_joining.is_set()):
+            # No waiting for a coordinator here: a lookup starts, and the next attempt uses it.
+            try:
+                action = await self._heartbeat(time.monotonic())
+            except KafkaError as exc:  # e.g. no metadata to name an owned partition's topic id
+                log.info("group %s: joining heartbeat failed (%s)", self.group_id, exc)
+                action = Action.RETRY
+            if action is not Action.NONE:
+                try:
+                    await asyncio.wait_for(self._stop_joining.wait(), backoff)
+                except TimeoutError:
+                    pass
+
+    async def _stop_join(self) -> None:
+        """Let the join task finish the heartbeat it has in flight (its answer may make us a member,
+        whom the leave must then name), then stop it."""
+        joining, self._joining = self._joining, None
+        if joining is not None:
+            self._stop_joining.set()
+            await asyncio.gather(joining, return_exceptions=True)
 
     async def _reconcile(self) -> None:
         m = self.membership
@@ -128,25 +157,27 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
 
     # -- heartbeats ------------------------------------------------------------------------------
 
-    async def _heartbeat(self) -> Action:
-        """Send one heartbeat (joining if not in the group) and apply its answer."""
+    async def _heartbeat(self, deadline: float | None = None) -> Action:
+        """Send one heartbeat (joining if not in the group) and apply its answer; the coordinator is
+        looked for until ``deadline`` (default: the request timeout from now)."""
         m = self.membership
+        if deadline is None:
+            deadline = time.monotonic() + self.config.request_timeout_ms / 1000
+        try:
+            conn = await self.connection(deadline)
+            version = capped_version(conn, ConsumerGroupHeartbeatRequest, _HEARTBEAT_MAX_VERSION)
+        except UnsupportedVersion as exc:
+            m.fatal = KafkaError(
+                f"group {self.group_id!r}: the coordinator does not speak the consumer group protocol "
+                f"(KIP-848): {exc}; use group_protocol='classic'",
+                ErrorCode.UNSUPPORTED_VERSION,
+            )
+            self.rejoin_event.set()
+            return Action.FATAL
+        except KafkaError as exc:  # nothing was sent: the membership is as it was
+            log.debug("group %s: no coordinator for the heartbeat (%s)", self.group_id, exc)
+            return Action.RETRY
         async with self._heartbeat_lock:
-            try:
-                conn = await self.connection()
-                version = capped_version(conn, ConsumerGroupHeartbeatRequest, _HEARTBEAT_MAX_VERSION)
-            except UnsupportedVersion as exc:
-                m.fatal = KafkaError(
-                    f"group {self.group_id!r}: the coordinator does not speak the consumer group protocol "
-                    f"(KIP-848): {exc}; use group_protocol='classic'",
-                    ErrorCode.UNSUPPORTED_VERSION,
-                )
-                self.rejoin_event.set()
-                return Action.FATAL
-            except (BrokerConnectionError, KafkaError) as exc:
-                log.info("group %s: no coordinator for the heartbeat (%s)", self.group_id, exc)
-                m.on_heartbeat_failed()
-                return Action.RETRY
             if m.owned and any(tp.topic not in m.topic_ids for tp in m.owned):
                 await self._learn_topic_ids()
             try:
@@ -203,7 +234,8 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
     # -- leaving ---------------------------------------------------------------------------------
 
     async def _leave(self) -> None:
-        """Send the leaving heartbeat (epoch -1, or -2 for a static member) and forget the epoch."""
+        """Send the leaving heartbeat (epoch -1, or -2 for a static member) over the coordinator
+        connection if there is one, and forget the epoch."""
         m = self.membership
         async with self._heartbeat_lock:
             conn = self._conn
@@ -218,16 +250,20 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
             m.left()
 
     async def leave_group(self) -> None:
+        await self._stop_join()
         self.membership.revoked(list(self.membership.owned))
         await self._leave()
 
-    async def close(self, *, leave: bool = True) -> None:
+    async def close(self, *, leave: bool = True, deadline: float | None = None) -> None:
         self._closed = True
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             await asyncio.gather(self._heartbeat_task, return_exceptions=True)
-        if leave:
-            await self._leave()
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        try:
+            async with asyncio.timeout(None if deadline is None else remaining(deadline)):
+                await self._stop_join()
+                if leave:
+                    await self._leave()
+        except TimeoutError:
+            log.info("group %s: leaving did not finish before the close timeout", self.group_id)
+        await self._close_connection()

@@ -1,10 +1,12 @@
-"""The async drivers of group membership. :class:`GroupCoordinatorBase` finds the coordinator and
-commits and fetches offsets under the member's identity; :class:`GroupCoordinator` runs the classic
-protocol's JoinGroup/SyncGroup through the sans-IO :class:`~onceflow.client.consumer.group.GroupMembership`
-and heartbeats in the background (the consumer protocol's driver is in :mod:`.consumer_protocol`).
+"""What both group protocols' async drivers share (:class:`GroupCoordinatorBase`): finding the
+coordinator, and committing and fetching offsets under the member's identity. The drivers are
+:mod:`.classic_protocol` (JoinGroup/SyncGroup) and :mod:`.consumer_protocol` (KIP-848).
 
 Rebalances happen inside the consumer's ``poll`` (as in Kafka's consumers), so rebalance callbacks run
-where the user processes records; the heartbeat task only notices that a rejoin is needed.
+where the user processes records; heartbeat tasks only notice that a rejoin is needed. Poll is bounded
+by its timeout, as Kafka's is: looking for the coordinator stops at poll's deadline (the lookup in
+flight carries on and a later poll picks it up), and joining goes on in a task of its own that later
+polls wait for; only the callbacks run inside poll.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
@@ -23,8 +25,15 @@ from onceflow.client.async_client import AsyncClient
 from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.consumer.assignors import TopicPartition
 from onceflow.client.consumer.config import ConsumerConfig
-from onceflow.client.consumer.group import Action, GroupMembership, MemberState
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.client.consumer.offset_commit import (
+    CommitErrorAction,
+    CommitFailed,
+    ConsumerTimeout,
+    RebalanceInProgress,
+    commit_error_action,
+    first_commit_error,
+)
+from onceflow.protocol.errors import CoordinatorNotAvailable, ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -32,25 +41,8 @@ OFFSET_COMMIT_MAX_VERSION = 9  # v10 names topics by id
 _OFFSET_FETCH_MAX_VERSION = 7  # v8+ batches groups; v7 has require_stable (KIP-447)
 _GROUP_KEY_TYPE = 0
 _STALE_EPOCH_RETRIES = 3
-# The membership moved on: the partitions may be another member's now.
-_COMMIT_FENCED_ERRORS = frozenset(
-    {
-        ErrorCode.REBALANCE_IN_PROGRESS,
-        ErrorCode.ILLEGAL_GENERATION,
-        ErrorCode.UNKNOWN_MEMBER_ID,
-        ErrorCode.FENCED_INSTANCE_ID,
-        ErrorCode.FENCED_MEMBER_EPOCH,
-        ErrorCode.STALE_MEMBER_EPOCH,
-    }
-)
 
-
-class CommitFailed(KafkaError):
-    """The commit cannot succeed: the group rebalanced and these partitions may belong to another
-    member now. Poll again (which rejoins) and reprocess from the committed offsets."""
-
-    code = ErrorCode.REBALANCE_IN_PROGRESS
-
+__all__ = ["CommitFailed", "GroupCoordinatorBase", "capped_version", "find_coordinator"]
 
 Callback = Callable[[list[TopicPartition]], Any]
 
@@ -120,15 +112,26 @@ async def find_coordinator(
     return node, host, port
 
 
+def remaining(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.0)
+
+
 class GroupCoordinatorBase:
     """What both group protocols share: the connection to the group's coordinator, and committing and
-    fetching offsets under the member's identity. Subclasses run the membership itself."""
+    fetching offsets under the member's identity. Subclasses run the membership itself.
+
+    Every wait here has a deadline (``time.monotonic()``): poll's own, or for ``commit``/``committed``
+    ``default.api.timeout.ms``. The coordinator is looked up by one attempt at a time, in a task that
+    callers share and that outlives the caller whose deadline passed, so even ``poll(0)`` gets there."""
 
     def __init__(self, config: ConsumerConfig, client: AsyncClient, membership: Any) -> None:
         self.config = config
         self.client = client
         self.membership = membership
         self._conn: Connection | None = None
+        self._lookup: asyncio.Task | None = None  # FindCoordinator + connect, one attempt
+        self._next_lookup = 0.0  # no new attempt before this (retry.backoff.ms after a failure)
+        self._lookup_error: BaseException | None = None
         self.rejoin_event = asyncio.Event()  # set when poll() has group work to do
         self.last_poll = time.monotonic()
         self._closed = False
@@ -139,34 +142,70 @@ class GroupCoordinatorBase:
 
     # -- the coordinator connection --------------------------------------------------------------
 
-    async def connection(self) -> Connection:
+    async def connection(self, deadline: float) -> Connection:
+        """The coordinator's connection, finding the coordinator first if needed; COORDINATOR_NOT_AVAILABLE
+        (retriable) if none is found by ``deadline``. A non-retriable lookup error is raised."""
         while self._conn is None or self._conn.closed:
-            try:
-                _node, host, port = await find_coordinator(self.client, self.group_id)
-                self._conn = await Connection.open(
-                    host,
-                    port,
-                    client_id=self.config.client_id,
-                    # JoinGroup may be held for the whole rebalance timeout.
-                    request_timeout_s=(
-                        self.config.request_timeout_ms + self.config.effective_rebalance_timeout_ms
-                    )
-                    / 1000,
-                )
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                log.info("group %s: coordinator not available (%s); retrying", self.group_id, exc)
-                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+            lookup = self._lookup
+            if lookup is None:
+                if self._closed:  # no new connection once closing (it would outlive the close)
+                    raise self._not_found()
+                backoff = self._next_lookup - time.monotonic()
+                if backoff > 0:
+                    if time.monotonic() + backoff > deadline:
+                        raise self._not_found()
+                    await asyncio.sleep(backoff)
+                    continue
+                lookup = self._lookup = asyncio.get_running_loop().create_task(self._find_and_connect())
+            if not lookup.done():
+                await asyncio.wait({lookup}, timeout=remaining(deadline))  # never cancels the lookup
+            if not lookup.done():
+                raise self._not_found()
+            if self._lookup is lookup:
+                self._lookup = None
+                self._take_lookup(lookup)
         return self._conn
+
+    async def _find_and_connect(self) -> Connection:
+        _node, host, port = await find_coordinator(self.client, self.group_id)
+        return await Connection.open(
+            host,
+            port,
+            client_id=self.config.client_id,
+            # JoinGroup may be held for the whole rebalance timeout.
+            request_timeout_s=(self.config.request_timeout_ms + self.config.effective_rebalance_timeout_ms)
+            / 1000,
+        )
+
+    def _take_lookup(self, lookup: asyncio.Task) -> None:
+        if lookup.cancelled():
+            error: BaseException = CoordinatorNotAvailable("the coordinator lookup was cancelled")
+        else:
+            error = lookup.exception()
+            if error is None:
+                if self._conn is not None:
+                    asyncio.get_running_loop().create_task(self._conn.close())
+                self._conn = lookup.result()
+                self._lookup_error = None
+                return
+        if not isinstance(error, KafkaError) or not error.retriable:
+            raise error
+        if self._lookup_error is None:
+            log.info("group %s: coordinator not available (%s); retrying", self.group_id, error)
+        self._lookup_error = error
+        self._next_lookup = time.monotonic() + self.config.retry_backoff_ms / 1000
+
+    def _not_found(self) -> KafkaError:
+        reason = f": {self._lookup_error}" if self._lookup_error is not None else ""
+        return CoordinatorNotAvailable(f"group {self.group_id!r}: coordinator not found yet{reason}")
 
     def coordinator_dead(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             asyncio.get_running_loop().create_task(conn.close())
 
-    async def _send(self, request, cap: int | None = None):
-        conn = await self.connection()
+    async def _send(self, request, cap: int | None = None, *, deadline: float):
+        conn = await self.connection(deadline)
         version = None if cap is None else capped_version(conn, type(request), cap)
         try:
             return await conn.send(request, version=version)
@@ -174,16 +213,31 @@ class GroupCoordinatorBase:
             self.coordinator_dead()
             raise
 
+    async def _close_connection(self) -> None:
+        lookup, self._lookup = self._lookup, None
+        if lookup is not None:
+            lookup.cancel()
+            found = (await asyncio.gather(lookup, return_exceptions=True))[0]
+            if isinstance(found, Connection):
+                await found.close()
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
     # -- offsets ---------------------------------------------------------------------------------
 
-    async def commit(self, offsets: dict[TopicPartition, tuple[int, str | None]]) -> None:
-        """Commit ``{tp: (offset, metadata)}`` under the member's identity; raises :class:`CommitFailed`
-        when the group has moved on, or the broker's error."""
+    async def commit(self, offsets: dict[TopicPartition, tuple[int, str | None]], *, deadline: float) -> None:
+        """Commit ``{tp: (offset, metadata)}`` under the member's identity, retrying what Kafka retries
+        (:func:`~onceflow.client.consumer.offset_commit.commit_error_action`) until ``deadline``.
+        Raises :class:`CommitFailed` (or :class:`RebalanceInProgress`) when the group has moved on,
+        :class:`ConsumerTimeout` at the deadline, or the broker's error."""
         if not offsets:
             return
         topics = offset_commit_topics(offsets)
-        for attempt in range(_STALE_EPOCH_RETRIES + 1):
-            generation, member_id, instance_id = self._commit_identity()
+        stale_retries = 0
+        while True:
+            identity = self._commit_identity()
+            generation, member_id, instance_id = identity
             request = OffsetCommitRequest(
                 group_id=self.group_id,
                 generation_id_or_member_epoch=generation,
@@ -191,68 +245,101 @@ class GroupCoordinatorBase:
                 group_instance_id=instance_id,
                 topics=topics,
             )
-            response = await self._send(request, OFFSET_COMMIT_MAX_VERSION)
-            failed = [
-                (topic.name, p.partition_index, ErrorCode(p.error_code))
-                for topic in response.topics
-                for p in topic.partitions
-                if p.error_code != ErrorCode.NONE
-            ]
-            if not failed:
-                return
-            stale = all(code == ErrorCode.STALE_MEMBER_EPOCH for _t, _p, code in failed)
-            # KIP-848: the coordinator bumped our epoch and its answer has not reached us yet.
-            if not (stale and attempt < _STALE_EPOCH_RETRIES and await self._refresh_member_epoch()):
-                break
-        topic, partition, code = failed[0]
-        if code in _COMMIT_FENCED_ERRORS:
-            self._commit_fenced()
-            raise CommitFailed(
-                f"commit to group {self.group_id!r} failed ({code.name}): the group rebalanced and "
-                f"{topic}-{partition} may be another member's now; poll again and "
-                "reprocess from the committed offset",
-                code,
-            )
-        if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
-            self.coordinator_dead()
-        raise KafkaError(
-            f"commit of {topic}-{partition} to group {self.group_id!r} failed: {code.name}", code
-        )
+            try:
+                response = await self._send(request, OFFSET_COMMIT_MAX_VERSION, deadline=deadline)
+            except KafkaError as exc:  # no coordinator, the connection lost, or no answer in time
+                if not exc.retriable:
+                    raise
+                failed, error = None, exc
+                code = exc.code
+            else:
+                failed = first_commit_error(response)
+                if failed is None:
+                    return
+                code = failed[2]
+                error = None
+            action = commit_error_action(code)
+            where = f"{failed[0]}-{failed[1]} " if failed else ""
+            if action in (CommitErrorAction.FIND_COORDINATOR, CommitErrorAction.RETRY):
+                if action is CommitErrorAction.FIND_COORDINATOR:
+                    self.coordinator_dead()
+                backoff = self.config.retry_backoff_ms / 1000
+                if time.monotonic() + backoff > deadline:
+                    raise ConsumerTimeout(
+                        f"commit of {where}to group {self.group_id!r} did not complete in time: "
+                        f"{error or code.name}"
+                    )
+                await asyncio.sleep(backoff)
+                continue
+            if action is CommitErrorAction.REFRESH_EPOCH:
+                # KIP-848: the coordinator bumped our epoch and its answer has not reached us yet.
+                stale_retries += 1
+                if stale_retries <= _STALE_EPOCH_RETRIES and await self._refresh_member_epoch(deadline):
+                    continue
+                action = CommitErrorAction.FENCED
+            if action is CommitErrorAction.REJOIN:
+                self._commit_fenced(code, identity)
+                raise RebalanceInProgress(
+                    f"commit of {where}to group {self.group_id!r} failed: the group is rebalancing; "
+                    "poll again (which rejoins), then commit again",
+                    code,
+                )
+            if action is CommitErrorAction.FENCED:
+                self._commit_fenced(code, identity)
+                raise CommitFailed(
+                    f"commit to group {self.group_id!r} failed ({code.name}): the group rebalanced and "
+                    f"{where or 'the partitions '}may be another member's now; poll again and "
+                    "reprocess from the committed offset",
+                    code,
+                )
+            raise KafkaError(f"commit of {where}to group {self.group_id!r} failed: {code.name}", code)
 
     async def fetch_committed(
-        self, partitions: list[TopicPartition], *, require_stable: bool = True
+        self, partitions: list[TopicPartition], *, deadline: float, require_stable: bool = True
     ) -> dict[TopicPartition, tuple[int, str | None] | None]:
         """Committed ``(offset, metadata)`` per partition, None where nothing is committed.
 
         ``require_stable`` (KIP-447) makes the broker answer UNSTABLE_OFFSET_COMMIT while a
-        transaction's offsets for the partition are pending; we retry until they settle."""
+        transaction's offsets for the partition are pending; that and other retriable errors are
+        retried until ``deadline``, then :class:`ConsumerTimeout`."""
         if not partitions:
             return {}
         request = OffsetFetchRequest(
             group_id=self.group_id, topics=offset_fetch_topics(partitions), require_stable=require_stable
         )
-        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
         while True:
-            response = await self._send(request, _OFFSET_FETCH_MAX_VERSION)
-            retry = ErrorCode(getattr(response, "error_code", 0) or 0)
-            result: dict[TopicPartition, tuple[int, str | None] | None] = {}
-            for topic in response.topics:
-                for p in topic.partitions:
-                    code = ErrorCode(p.error_code)
-                    if code != ErrorCode.NONE:
-                        retry = code
-                        continue
-                    tp = TopicPartition(topic.name, p.partition_index)
-                    result[tp] = (p.committed_offset, p.metadata) if p.committed_offset >= 0 else None
-            if retry == ErrorCode.NONE:
-                return result
-            if not retry.retriable or time.monotonic() > deadline:
-                raise KafkaError(
-                    f"fetching committed offsets of group {self.group_id!r}: {retry.name}", retry
-                )
-            if retry in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+            try:
+                response = await self._send(request, _OFFSET_FETCH_MAX_VERSION, deadline=deadline)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                retry, error = exc.code, exc
+            else:
+                error = None
+                retry = ErrorCode(getattr(response, "error_code", 0) or 0)
+                result: dict[TopicPartition, tuple[int, str | None] | None] = {}
+                for topic in response.topics:
+                    for p in topic.partitions:
+                        code = ErrorCode(p.error_code)
+                        if code != ErrorCode.NONE:
+                            retry = code
+                            continue
+                        tp = TopicPartition(topic.name, p.partition_index)
+                        result[tp] = (p.committed_offset, p.metadata) if p.committed_offset >= 0 else None
+                if retry == ErrorCode.NONE:
+                    return result
+                if not retry.retriable:
+                    raise KafkaError(
+                        f"fetching committed offsets of group {self.group_id!r}: {retry.name}", retry
+                    )
+            if commit_error_action(retry) is CommitErrorAction.FIND_COORDINATOR:
                 self.coordinator_dead()
-            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+            backoff = self.config.retry_backoff_ms / 1000
+            if time.monotonic() + backoff > deadline:
+                raise ConsumerTimeout(
+                    f"committed offsets of group {self.group_id!r} not fetched in time: {error or retry.name}"
+                )
+            await asyncio.sleep(backoff)
 
     # -- what the protocols do differently ---------------------------------------------------------
 
@@ -260,15 +347,20 @@ class GroupCoordinatorBase:
         """(generation or member epoch, member id, group instance id) for OffsetCommit."""
         raise NotImplementedError
 
-    def _commit_fenced(self) -> None:
-        """A commit was refused because the membership moved on: arrange for the next poll to act."""
+    def _commit_fenced(self, code: ErrorCode, identity: tuple[int, str, str | None]) -> None:
+        """A commit sent as ``identity`` was refused because the membership moved on: arrange for the
+        next poll to act (unless the member has moved on itself since, e.g. rejoined)."""
         self.rejoin_event.set()
 
-    async def _refresh_member_epoch(self) -> bool:
+    async def _refresh_member_epoch(self, deadline: float) -> bool:
         """STALE_MEMBER_EPOCH answered a commit: learn the current epoch; True if worth retrying."""
         return False
 
-    async def ensure_active(self) -> None:
+    async def ensure_active(self, deadline: float) -> None:
+        """Poll's part of group membership: start or carry on joining, and run the callbacks of what
+        finished. Returns while a join is still in flight (it goes on in the background and sets
+        ``rejoin_event`` when it ends); raises retriable errors when the coordinator is not found by
+        ``deadline``."""
         raise NotImplementedError
 
     async def _leave(self) -> None:
@@ -291,188 +383,11 @@ class GroupCoordinatorBase:
 
     async def leave_group(self) -> None:
         """Give up every partition (the caller ran the revoke callback) and leave the group, as
-        Kafka's consumers do on unsubscribe; the next ensure_active joins again."""
+        Kafka's consumers do on unsubscribe; a join in flight is abandoned. The next ensure_active
+        joins again."""
         raise NotImplementedError
 
-    async def close(self, *, leave: bool = True) -> None:
+    async def close(self, *, leave: bool = True, deadline: float | None = None) -> None:
+        """Stop heartbeating and joining, leave (if ``leave``; only over a connection already open,
+        as Kafka's consumers do, and no later than ``deadline``) and close the connection."""
         raise NotImplementedError
-
-
-class GroupCoordinator(GroupCoordinatorBase):
-    """The classic protocol: JoinGroup/SyncGroup through :class:`GroupMembership` (the leader
-    assigns), heartbeats in the background, LeaveGroup."""
-
-    def __init__(
-        self,
-        config: ConsumerConfig,
-        client: AsyncClient,
-        membership: GroupMembership,
-        *,
-        topics: Callable[[], list[str]],
-        on_assign: Callable[[list[TopicPartition]], Awaitable[None]],
-        on_revoke: Callable[[list[TopicPartition]], Awaitable[None]],
-        on_lost: Callable[[list[TopicPartition]], Awaitable[None]],
-    ) -> None:
-        super().__init__(config, client, membership)
-        self._topics = topics
-        self._on_assign = on_assign
-        self._on_revoke = on_revoke
-        self._on_lost = on_lost
-        self._heartbeat_task: asyncio.Task | None = None
-        self._fatal: KafkaError | None = None
-
-    def _commit_identity(self) -> tuple[int, str, str | None]:
-        m = self.membership
-        if m.state != MemberState.STABLE:
-            return -1, "", None
-        return m.generation_id, m.member_id, m.group_instance_id
-
-    def _commit_fenced(self) -> None:
-        self.membership.rejoin_needed = True
-        super()._commit_fenced()
-
-    # -- joining ---------------------------------------------------------------------------------
-
-    @property
-    def needs_rejoin(self) -> bool:
-        m = self.membership
-        return m.rejoin_needed or m.state != MemberState.STABLE
-
-    async def ensure_active(self) -> None:
-        """Join (or rejoin) until the member is stable with an assignment; runs callbacks."""
-        if self._fatal is not None:
-            raise self._fatal
-        self.last_poll = time.monotonic()
-        while self.needs_rejoin:
-            self.rejoin_event.clear()
-            await self._join_once()
-        self._start_heartbeats()
-
-    async def _join_once(self) -> None:
-        m = self.membership
-        backoff = self.config.retry_backoff_ms / 1000
-        if m.lost:
-            lost = m.lose_partitions()
-            if lost:
-                await self._on_lost(lost)
-            m.reset_member()
-        if m.protocol_is_eager and m.owned:
-            await self._on_revoke(m.revoke_all())
-        try:
-            response = await self._send(m.join_request(self._topics()))
-        except (BrokerConnectionError, KafkaError) as exc:
-            log.info("group %s: JoinGroup failed (%s); retrying", self.group_id, exc)
-            m.abandon_round()
-            await asyncio.sleep(backoff)
-            return
-        joined = m.on_join_response(response)
-        if joined.action != Action.NONE:
-            await self._act(joined.action, joined.error, "JoinGroup")
-            return
-        assignments = None
-        if joined.is_leader:
-            topics = sorted({t for s in joined.members.values() for t in s.topics})
-            metadata = await self.client.metadata(topics)
-            counts = {t: len(info.partitions) for t, info in metadata.topics.items() if info.partitions}
-            assignments = m.compute_assignments(joined.members, counts)
-            log.info(
-                "group %s generation %d: leader assigned %d members",
-                self.group_id,
-                m.generation_id,
-                len(assignments),
-            )
-        try:
-            response = await self._send(m.sync_request(assignments))
-        except (BrokerConnectionError, KafkaError) as exc:
-            log.info("group %s: SyncGroup failed (%s); rejoining", self.group_id, exc)
-            m.abandon_round()
-            await asyncio.sleep(backoff)
-            return
-        synced = m.on_sync_response(response)
-        if synced.action != Action.NONE:
-            await self._act(synced.action, synced.error, "SyncGroup")
-            return
-        log.info(
-            "group %s generation %d: member %s assigned %s",
-            self.group_id,
-            m.generation_id,
-            m.member_id,
-            synced.assigned,
-        )
-        if synced.revoked:
-            await self._on_revoke(synced.revoked)
-        await self._on_assign(synced.added)
-
-    async def _act(self, action: Action, error: ErrorCode, what: str) -> None:
-        log.info("group %s: %s answered %s -> %s", self.group_id, what, error.name, action.name)
-        if action == Action.FATAL:
-            raise KafkaError(f"group {self.group_id!r}: {what} failed with {error.name}", error)
-        if action == Action.LOST:
-            await self._on_lost(self.membership.lose_partitions())
-            self.membership.reset_member()
-        elif action == Action.REDISCOVER:
-            self.coordinator_dead()
-            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
-        elif action == Action.RETRY:
-            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
-        self.membership.rejoin_needed = True
-
-    # -- heartbeats ------------------------------------------------------------------------------
-
-    def _start_heartbeats(self) -> None:
-        if self._heartbeat_task is None or self._heartbeat_task.done():
-            self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
-
-    async def _heartbeat_loop(self) -> None:
-        interval = self.config.heartbeat_interval_ms / 1000
-        while not self._closed:
-            await asyncio.sleep(interval)
-            m = self.membership
-            if m.state != MemberState.STABLE:
-                continue
-            if await self._left_for_slow_poll():
-                continue
-            try:
-                response = await self._send(m.heartbeat_request())
-            except (BrokerConnectionError, KafkaError) as exc:
-                log.info("group %s: heartbeat failed (%s)", self.group_id, exc)
-                continue
-            action = m.on_heartbeat_response(response)
-            if action == Action.REDISCOVER:
-                self.coordinator_dead()
-            elif action == Action.FATAL:
-                self._fatal = KafkaError(
-                    f"group {self.group_id!r}: heartbeat failed with {ErrorCode(response.error_code).name}",
-                    ErrorCode(response.error_code),
-                )
-                self.rejoin_event.set()
-            elif action in (Action.REJOIN, Action.LOST):
-                self.rejoin_event.set()
-
-    # -- leaving ---------------------------------------------------------------------------------
-
-    async def _leave(self) -> None:
-        """Send LeaveGroup (dynamic members only: a static member's slot waits for it to return)."""
-        m = self.membership
-        if m.member_id and m.group_instance_id is None:
-            try:
-                await self._send(m.leave_request())
-            except (BrokerConnectionError, KafkaError) as exc:
-                log.info("group %s: LeaveGroup failed (%s)", self.group_id, exc)
-        m.mark_lost()
-
-    async def leave_group(self) -> None:
-        self.membership.revoke_all()
-        await self._leave()
-
-    async def close(self, *, leave: bool = True) -> None:
-        self._closed = True
-        if self._heartbeat_task is not None:
-            self._heartbeat_task.cancel()
-            await asyncio.gather(self._heartbeat_task, return_exceptions=True)
-        if leave and self.membership.member_id:
-            await self._leave()
-            self.membership.reset_member()
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None

@@ -129,6 +129,9 @@ class GroupMembership:
         self.owned: list[TopicPartition] = []
         self.rejoin_needed = True
         self.lost = False  # membership gone (fenced, expired, left): owned partitions are lost
+        self._keep_member_id = False  # the lost generation's member id is still the coordinator's
+        # (generation, member id) the last heartbeat went out as: its answer applies only to those
+        self._heartbeat_sent_as: tuple[int, str] | None = None
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -160,8 +163,11 @@ class GroupMembership:
         )
 
     def reset_member(self) -> None:
-        """Forget member id and generation (after UNKNOWN_MEMBER_ID, fencing or leaving)."""
-        self.member_id = UNKNOWN_MEMBER_ID
+        """Forget member id and generation (after UNKNOWN_MEMBER_ID, fencing or leaving); the id is
+        kept when :meth:`mark_lost` was told so."""
+        if not self._keep_member_id:
+            self.member_id = UNKNOWN_MEMBER_ID
+        self._keep_member_id = False
         self.generation_id = NO_GENERATION
         self.protocol = None
         self.leader_id = None
@@ -179,11 +185,30 @@ class GroupMembership:
         self.rejoin_needed = True
         self._move("reset")
 
-    def mark_lost(self) -> None:
-        """We left or were removed: the driver reports ``owned`` as lost at the next poll."""
+    def mark_lost(self, *, keep_member_id: bool = False) -> None:
+        """We left or were removed: the driver reports ``owned`` as lost at the next poll.
+        ``keep_member_id`` (a commit answered ILLEGAL_GENERATION): only the generation is over, the
+        coordinator still knows the member id, so the next JoinGroup presents it (Kafka's rule: a new
+        id would leave the old one to hold up the rebalance until it times out)."""
         self.lost = True
+        self._keep_member_id = keep_member_id
         self.rejoin_needed = True
         self._move("reset")
+
+    def on_commit_refused(self, code: ErrorCode, generation_id: int, member_id: str) -> None:
+        """An OffsetCommit sent as ``(generation_id, member_id)`` was refused because the membership
+        moved on. As in Kafka's consumer, this changes nothing if the member has itself moved on since
+        (a round ended, it was fenced meanwhile) or committed outside any generation; otherwise
+        REBALANCE_IN_PROGRESS asks for a rejoin in the same generation, and any other answer
+        (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, GROUP_ID_NOT_FOUND, FENCED_INSTANCE_ID) ends the
+        generation: the partitions are lost at the next poll, which rejoins."""
+        current = (self.generation_id, self.member_id)
+        if generation_id < 0 or self.state != MemberState.STABLE or current != (generation_id, member_id):
+            return
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            self.request_rejoin()
+        else:
+            self.mark_lost(keep_member_id=code == ErrorCode.ILLEGAL_GENERATION)
 
     def _error_action(self, code: ErrorCode) -> Action:
         if code in _COORDINATOR_ERRORS:
@@ -304,6 +329,7 @@ class GroupMembership:
     # -- Heartbeat and LeaveGroup ----------------------------------------------------------------
 
     def heartbeat_request(self) -> HeartbeatRequest:
+        self._heartbeat_sent_as = (self.generation_id, self.member_id)
         return HeartbeatRequest(
             group_id=self.group_id,
             generation_id=self.generation_id,
@@ -312,8 +338,14 @@ class GroupMembership:
         )
 
     def on_heartbeat_response(self, response) -> Action:
+        """What a heartbeat's answer asks for. An answer about a generation the member has left since
+        the heartbeat went out (a rejoin started, it left) is ignored, as in Kafka's consumer: the
+        JoinGroup in flight will tell."""
         code = ErrorCode(response.error_code)
-        if code == ErrorCode.NONE:
+        sent_as, self._heartbeat_sent_as = self._heartbeat_sent_as, None
+        if code == ErrorCode.NONE or self.state != MemberState.STABLE:
+            return Action.NONE
+        if sent_as is not None and sent_as != (self.generation_id, self.member_id):
             return Action.NONE
         action = self._error_action(code)
         if action == Action.REJOIN:

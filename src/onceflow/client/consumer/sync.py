@@ -93,11 +93,11 @@ class Consumer:
     def config(self) -> ConsumerConfig:
         return self._consumer.config
 
-    def close(self, *, autocommit: bool = True) -> None:
+    def close(self, *, autocommit: bool = True, timeout_ms: int | None = None) -> None:
         if self._loop.is_closed():
             return
         try:
-            self._run(self._consumer.close(autocommit=autocommit))
+            self._run(self._consumer.close(autocommit=autocommit, timeout_ms=timeout_ms))
         finally:
             self._stop_loop()
 
@@ -149,11 +149,16 @@ class Consumer:
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self._run(self._consumer.end_offsets(list(partitions)))
 
-    def committed(self, partitions):
-        return self._run(self._consumer.committed(partitions))
+    def committed(self, partitions, *, timeout_ms: int | None = None):
+        return self._run(self._consumer.committed(partitions, timeout_ms=timeout_ms))
 
-    def commit(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
-        self._run(self._consumer.commit(offsets))
+    def commit(
+        self,
+        offsets: dict[TopicPartition, int | OffsetAndMetadata] | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> None:
+        self._run(self._consumer.commit(offsets, timeout_ms=timeout_ms))
 
     def commit_async(self, offsets=None, callback=None) -> None:
         self._call(self._consumer.commit_async, offsets, callback)
