@@ -12,10 +12,9 @@ polls wait for; only the callbacks run inside poll.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
@@ -43,16 +42,6 @@ _GROUP_KEY_TYPE = 0
 _STALE_EPOCH_RETRIES = 3
 
 __all__ = ["CommitFailed", "GroupCoordinatorBase", "capped_version", "find_coordinator"]
-
-Callback = Callable[[list[TopicPartition]], Any]
-
-
-async def _call(callback: Callback | None, partitions: list[TopicPartition]) -> None:
-    if callback is None:
-        return
-    result = callback(partitions)
-    if inspect.isawaitable(result):
-        await result
 
 
 def capped_version(conn: Connection, request_cls, cap: int) -> int:
