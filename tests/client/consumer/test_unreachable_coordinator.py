@@ -8,6 +8,7 @@ by the tests."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -86,7 +87,8 @@ async def poll_until(c: AsyncConsumer, condition, read: list, timeout: float = 6
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_polls_return_nothing_while_the_broker_is_down_and_the_member_rejoins_after(live, protocol):
+def test_polls_return_nothing_while_the_broker_is_down_and_the_member_rejoins_after(live, protocol, caplog):
+    caplog.set_level(logging.DEBUG, logger="onceflow.client.consumer.fetcher")
     topic, later, group = topic_name("down-a"), topic_name("down-b"), topic_name("down-g")
     first = [b"a-%d" % i for i in range(10)]
 
@@ -116,6 +118,13 @@ def test_polls_return_nothing_while_the_broker_is_down_and_the_member_rejoins_af
     assert sorted(r.value for r in read) == sorted(first + [b"b-%d" % i for i in range(6)])
     assert len({(r.topic, r.partition, r.offset) for r in read}) == 16  # none twice
     assert assignment == {TP(t, p) for t in (topic, later) for p in (0, 1)}
+    # The fetcher retried every retry.backoff.ms while the broker was down: the outage is one WARNING
+    # when it starts and an INFO when it ends, the retries are DEBUG (not ~20 warnings a second).
+    fetch_failed = [r for r in caplog.records if r.getMessage().startswith("fetch from node")]
+    failed = [r for r in fetch_failed if "failed" in r.getMessage()]
+    assert len(failed) > 1
+    assert [r.levelno for r in failed].count(logging.WARNING) == 1
+    assert any(r.getMessage().endswith("works again") for r in fetch_failed)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -132,6 +132,11 @@ class Fetcher:
         self._metadata_stale = True
         self._drain_start = 0
         self._closed = False
+        # Nodes whose last fetch failed, and whether the last metadata refresh did: an outage is
+        # logged once at WARNING when it starts and once when it ends, its retries (every
+        # retry.backoff.ms) at DEBUG.
+        self._failing_nodes: set[int] = set()
+        self._refresh_failing = False
 
     # -- control from the consumer ---------------------------------------------------------------
 
@@ -209,8 +214,13 @@ class Fetcher:
                 request = self._build_request(partitions)
                 sent = {tp: (st.epoch, st.fetch_offset) for tp, st in partitions}
                 response = await conn.send(request)
+                if node in self._failing_nodes:
+                    self._failing_nodes.discard(node)
+                    log.info("fetch from node %d works again", node)
             except (BrokerConnectionError, KafkaError, OSError) as exc:
-                log.warning("fetch from node %d failed: %s; retrying after metadata refresh", node, exc)
+                level = logging.DEBUG if node in self._failing_nodes else logging.WARNING
+                self._failing_nodes.add(node)
+                log.log(level, "fetch from node %d failed: %s; retrying after metadata refresh", node, exc)
                 self._drop_connection(node)
                 self._metadata_stale = True
                 await asyncio.sleep(backoff)
@@ -224,7 +234,14 @@ class Fetcher:
         try:
             await self._refresh_leaders({tp.topic for tp in self.subscriptions.assigned()})
         except (KafkaError, OSError) as exc:
-            log.warning("metadata refresh failed: %s", exc)
+            log.log(
+                logging.DEBUG if self._refresh_failing else logging.WARNING,
+                "metadata refresh failed: %s",
+                exc,
+            )
+            self._refresh_failing = True
+        else:
+            self._refresh_failing = False
 
     async def _connection(self, node: int) -> Connection:
         conn = self._connections.get(node)
