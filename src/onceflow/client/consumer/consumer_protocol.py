@@ -100,9 +100,11 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
         m = self.membership
         backoff = self.config.retry_backoff_ms / 1000
         while not (m.joined or m.fatal is not None or m.lost or self._closed or self._stop_joining.is_set()):
-            # No waiting for a coordinator here: a lookup starts, and the next attempt uses it.
+            # The coordinator is waited for one backoff at most, as long as a failed attempt waits
+            # anyway: the first heartbeat goes out as soon as the lookup answers (~1 ms), not a whole
+            # backoff after it, and leaving or closing still stops the join within a backoff.
             try:
-                action = await self._heartbeat(time.monotonic())
+                action = await self._heartbeat(time.monotonic() + backoff)
             except KafkaError as exc:  # e.g. no metadata to name an owned partition's topic id
                 log.info("group %s: joining heartbeat failed (%s)", self.group_id, exc)
                 action = Action.RETRY
