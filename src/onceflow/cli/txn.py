@@ -39,11 +39,9 @@ async def _open_transactions(
     admin: AsyncAdminClient, topic: str | None
 ) -> list[tuple[TopicPartition, ProducerState]]:
     """Every producer with an open transaction in ``topic`` (default: every non-internal topic)."""
-    names = [topic] if topic is not None else await admin.list_topics()
-    tps = []
-    for name in names:
-        info = await admin.describe_topic(name)  # raises UNKNOWN_TOPIC_OR_PARTITION for a missing topic
-        tps += [TopicPartition(name, p) for p in sorted(info.partitions)]
+    # One Metadata request; a named topic that does not exist raises UNKNOWN_TOPIC_OR_PARTITION.
+    topics = await admin.describe_topics(None if topic is None else [topic])
+    tps = [TopicPartition(name, p) for name, info in sorted(topics.items()) for p in sorted(info.partitions)]
     if not tps:
         return []
     found = []

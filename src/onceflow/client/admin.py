@@ -10,8 +10,9 @@ DescribeProducers and for aborting a hanging transaction (KIP-664: a WriteTxnMar
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kafka.protocol.admin import (
     CreatePartitionsRequest,
@@ -41,6 +42,7 @@ from onceflow.client.consumer.structs import OffsetAndMetadata, TopicPartition
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnsupportedVersion
 from onceflow.protocol.messages import ConsumerGroupDescribeRequest
 
+T = TypeVar("T")
 _TOPIC_RESOURCE = 2
 _TXN_KEY_TYPE = 1
 _OP_SET, _OP_DELETE = 0, 1
@@ -202,6 +204,19 @@ class AsyncAdminClient:
             )
         return await self._conn_to(*metadata.brokers[info.partitions[partition].leader])
 
+    async def _by_leader(
+        self, items: Iterable[tuple[TopicPartition, T]]
+    ) -> dict[Connection, dict[str, list[T]]]:
+        """``(partition, value)`` pairs grouped by the partition's leader, then by topic, with one
+        Metadata request for all their topics; raises for a topic or partition that does not exist."""
+        items = list(items)
+        metadata = await self._client.metadata(sorted({tp.topic for tp, _ in items}))
+        grouped: dict[Connection, dict[str, list[T]]] = {}
+        for tp, value in items:
+            conn = await self._leader_in(metadata, tp.topic, tp.partition)
+            grouped.setdefault(conn, {}).setdefault(tp.topic, []).append(value)
+        return grouped
+
     async def _coordinator(self, key: str, key_type: int = 0) -> Connection:
         _node, host, port = await find_coordinator(self._client, key, key_type)
         return await self._conn_to(host, port)
@@ -223,16 +238,27 @@ class AsyncAdminClient:
         await self._client.delete_topic(name)
 
     async def list_topics(self, *, internal: bool = False) -> list[str]:
-        metadata = await self._client.metadata(None)
-        return sorted(t for t, info in metadata.topics.items() if internal or not info.internal)
+        return sorted(await self.describe_topics(internal=internal))
 
     async def describe_topic(self, name: str) -> TopicInfo:
-        metadata: ClusterMetadata = await self._client.metadata([name])
-        info = metadata.topics.get(name)
-        if info is None:
-            raise KafkaError(f"topic {name!r} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        _check(info.error, f"describe topic {name!r}")
-        return info
+        return (await self.describe_topics([name]))[name]
+
+    async def describe_topics(
+        self, names: list[str] | None = None, *, internal: bool = False
+    ) -> dict[str, TopicInfo]:
+        """The named topics (raising for one that does not exist), or with ``names`` None every topic
+        (internal ones only if ``internal``): one Metadata request."""
+        metadata: ClusterMetadata = await self._client.metadata(names)
+        if names is None:
+            return {t: info for t, info in metadata.topics.items() if internal or not info.internal}
+        found = {}
+        for name in names:
+            info = metadata.topics.get(name)
+            if info is None:
+                raise KafkaError(f"topic {name!r} does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            _check(info.error, f"describe topic {name!r}")
+            found[name] = info
+        return found
 
     async def describe_configs(self, topic: str) -> dict[str, str | None]:
         return await self._client.describe_topic_configs(topic)
@@ -510,11 +536,7 @@ class AsyncAdminClient:
     ) -> dict[TopicPartition, list[ProducerState] | KafkaError]:
         """:meth:`describe_producers` for many partitions, one request per leader; a partition that
         failed maps to its error instead of raising, so one deleted topic does not hide the rest."""
-        metadata = await self._client.metadata(sorted({tp.topic for tp in tps}))
-        by_leader: dict[Connection, dict[str, list[int]]] = {}
-        for tp in tps:
-            conn = await self._leader_in(metadata, tp.topic, tp.partition)
-            by_leader.setdefault(conn, {}).setdefault(tp.topic, []).append(tp.partition)
+        by_leader = await self._by_leader((tp, tp.partition) for tp in tps)
         r = DescribeProducersRequest
         answers: dict[TopicPartition, list[ProducerState] | KafkaError] = {}
         for conn, topics in by_leader.items():
@@ -551,11 +573,7 @@ class AsyncAdminClient:
         """Delete every record below the given offset of each partition (-1: the high watermark);
         returns each partition's log start afterwards (its low watermark). Raises ``KafkaError`` for
         the first partition refused, e.g. OFFSET_OUT_OF_RANGE beyond the high watermark."""
-        metadata = await self._client.metadata(sorted({tp.topic for tp in before}))  # one request
-        by_leader: dict[Connection, dict[str, list[tuple[int, int]]]] = {}
-        for tp, offset in before.items():
-            conn = await self._leader_in(metadata, tp.topic, tp.partition)
-            by_leader.setdefault(conn, {}).setdefault(tp.topic, []).append((tp.partition, offset))
+        by_leader = await self._by_leader((tp, (tp.partition, offset)) for tp, offset in before.items())
         r = DeleteRecordsRequest
         low_watermarks = {}
         for conn, topics in by_leader.items():
