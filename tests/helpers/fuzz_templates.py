@@ -8,14 +8,18 @@ from __future__ import annotations
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
     DescribeClusterRequest,
     DescribeLogDirsRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
+    ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
     ListTransactionsRequest,
 )
@@ -193,6 +197,58 @@ def admin_templates(topic: str, anchor_topic: str) -> list[tuple[object, int]]:
                 ]
             ),
             4,
+        ),
+        (
+            ElectLeadersRequest(
+                topic_partitions=[ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[0])],
+                timeout_ms=1000,
+            ),
+            0,
+        ),
+        (ElectLeadersRequest(election_type=1, topic_partitions=None, timeout_ms=1000), 2),
+        (
+            DescribeAclsRequest(
+                resource_type_filter=1,
+                resource_name_filter=None,
+                pattern_type_filter=1,
+                principal_filter=None,
+                host_filter=None,
+                operation=1,
+                permission_type=1,
+            ),
+            3,
+        ),
+        (
+            CreateAclsRequest(
+                creations=[
+                    CreateAclsRequest.AclCreation(
+                        resource_type=2,
+                        resource_name=topic,
+                        resource_pattern_type=3,
+                        principal="User:fuzz",
+                        host="*",
+                        operation=3,
+                        permission_type=3,
+                    )
+                ]
+            ),
+            1,
+        ),
+        (
+            DeleteAclsRequest(
+                filters=[
+                    DeleteAclsRequest.DeleteAclsFilter(
+                        resource_type_filter=2,
+                        resource_name_filter=topic,
+                        pattern_type_filter=3,
+                        principal_filter=None,
+                        host_filter=None,
+                        operation=1,
+                        permission_type=1,
+                    )
+                ]
+            ),
+            2,
         ),
     ]
 
