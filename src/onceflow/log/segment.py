@@ -69,6 +69,7 @@ class LogSegment:
         self.created_ms = now_ms  # wall-clock start of this segment's life, for segment.ms
         self._last_batch_position = -1
         self._bytes_since_index_entry = 0
+        self._write_failure: OSError | None = None  # set when a failed write could not be cut off
 
     # --- opening ---
 
@@ -157,6 +158,11 @@ class LogSegment:
     def append(self, data, batches: list[tuple[int, int, int]]) -> None:
         """Write ``data`` (whole batches) with one write call; ``batches`` gives each one's
         ``(last offset, max timestamp, size)`` for the indexes."""
+        if self._write_failure is not None:
+            raise KafkaStorageError(
+                f"segment {self.log_path} refuses appends: a failed write could not be undone "
+                f"({self._write_failure})"
+            )
         view = memoryview(data)
         if (
             len(view) >= RESERVE_MIN_APPEND
@@ -164,14 +170,31 @@ class LogSegment:
             and self.size + len(view) > self._reserved_end
         ):
             self._reserve(self.size + len(view) + RESERVE_AHEAD)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except OSError:
+            self._undo_partial_write()
+            raise
         position = self.size
         for last_offset, max_timestamp, size in batches:
             self._index_batch(position, last_offset, max_timestamp, size)
             position += size
         self.size = position
+
+    def _undo_partial_write(self) -> None:
+        """Cut off what a failed write (a full disk) managed to append. Left there, the next append would
+        land after it, away from where the indexes put it, and recovery would stop at this torn batch and
+        drop every acknowledged one written after it. If even the cut fails, the segment takes no more
+        appends until the broker restarts and recovery cuts the tail (Kafka takes the log dir offline)."""
+        try:
+            os.ftruncate(self._fd, self.size)  # also frees any reservation past the end
+        except OSError as exc:
+            log.error("segment %s: could not cut a failed write's bytes: %s", self.log_path, exc)
+            self._write_failure = exc
+        else:
+            self._reserved_end = self.size
 
     def _reserve(self, end: int) -> None:
         reserved = preallocate.reserve(self._fd, self.size, end - self.size)
