@@ -25,6 +25,7 @@ from onceflow.broker.client_protocol import ClientProtocol
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import RequestReceived, SupportedApi
 from onceflow.broker.context import BrokerServices, RequestContext
+from onceflow.broker.data_dir_lock import DataDirLock, lock_data_dir
 from onceflow.broker.faults import Faults
 from onceflow.broker.fetch_session import FetchSessionCache
 from onceflow.broker.group.service import start_group_coordinator
@@ -64,8 +65,17 @@ class Broker:
         self._housekeeping: asyncio.Task[None] | None = None
         self._producer_expiry: asyncio.Task[None] | None = None
         self.port = config.port
+        self._data_dir_lock: DataDirLock | None = None
 
     async def start(self) -> None:
+        self._data_dir_lock = lock_data_dir(Path(self.config.data_dir))  # raises DataDirInUse
+        try:
+            await self._start()
+        except BaseException:
+            self._data_dir_lock.release()
+            raise
+
+    async def _start(self) -> None:
         self.topics.load()
         # Bind now (the port is part of the services) but accept only once the coordinators have
         # loaded: a request served earlier would meet no services, or no transaction coordinator and
@@ -129,6 +139,8 @@ class Broker:
             self.services.groups.shutdown()
         self.topics.flush()
         self.topics.close()
+        if self._data_dir_lock is not None:
+            self._data_dir_lock.release()
         log.info("onceflow broker on port %d stopped", self.port)
 
     async def _run_retention(self) -> None:
