@@ -18,7 +18,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from onceflow.client.async_client import AsyncClient, finalized_feature_level
 from onceflow.client.connection import BrokerConnectionError, Connection
-from onceflow.client.producer.errors import COORDINATOR_CODES
+from onceflow.client.producer.errors import COORDINATOR_CODES, ProducerClosedError
 from onceflow.protocol.errors import ErrorCode, KafkaError
 from onceflow.protocol.transaction_versions import TRANSACTION_VERSION_FEATURE
 
@@ -80,11 +80,16 @@ class ProducerNetwork:
             self.last_refresh = time.monotonic()
 
     async def wait_for_topic(self, topic: str, deadline: float) -> int:
-        """The partition count of ``topic``, refreshing metadata until ``deadline`` (max.block.ms)."""
+        """The partition count of ``topic``, refreshing metadata until ``deadline`` (max.block.ms).
+        At the deadline raises the topic's error in the last answer, or REQUEST_TIMED_OUT if that is
+        retriable (the topic does not exist, has no leader yet) or no answer came; raises
+        :class:`ProducerClosedError` if the producer is closed meanwhile."""
         while True:
             count = self.partition_counts.get(topic)
             if count is not None:
                 return count
+            if self.closed:
+                raise ProducerClosedError(f"producer closed while waiting for the metadata of {topic!r}")
             try:
                 await self.refresh([topic, *self.partition_counts])
             except BrokerConnectionError as exc:
