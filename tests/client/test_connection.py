@@ -149,6 +149,31 @@ def test_broker_closing_fails_waiting_requests():
     run(scenario())
 
 
+def test_a_connection_the_broker_closed_lets_go_of_its_socket_without_close():
+    """The read loop's EOF fails the connection; its socket must close then, not when someone calls
+    close() or the garbage collector finds the object (the caller here still holds it)."""
+
+    async def scenario():
+        async with ScriptedBroker(close_on_metadata=True) as broker:
+            conn = await Connection.open("127.0.0.1", broker.port)
+            sock = conn._writer.get_extra_info("socket")
+            assert sock.fileno() != -1
+            try:
+                with pytest.raises(BrokerConnectionError, match="lost connection"):
+                    await conn.send(MetadataRequest(topics=None))
+                assert conn.closed
+                for _ in range(100):  # loop turns, not time: the transport closes the socket soon
+                    if sock.fileno() == -1:
+                        break
+                    await asyncio.sleep(0)
+                assert sock.fileno() == -1
+                assert conn._read_task.done()
+            finally:
+                await conn.close()
+
+    run(scenario())
+
+
 class _RecordingWriter:
     """Enough of a StreamWriter for a Connection whose reader the test feeds by hand."""
 

@@ -180,11 +180,19 @@ class AsyncAdminClient:
 
     async def _conn_to(self, host: str, port: int) -> Connection:
         conn = self._extra.get((host, port))
-        if conn is None or conn.closed:
-            conn = await Connection.open(
-                host, port, client_id=self._client_id, request_timeout_s=self._timeout_ms / 1000
-            )
-            self._extra[(host, port)] = conn
+        if conn is not None and not conn.closed:
+            return conn
+        if conn is not None:
+            del self._extra[(host, port)]
+            await conn.close()  # failed: its socket is gone already; this reaps its read loop
+        conn = await Connection.open(
+            host, port, client_id=self._client_id, request_timeout_s=self._timeout_ms / 1000
+        )
+        current = self._extra.get((host, port))
+        if current is not None and not current.closed:
+            await conn.close()  # another caller connected while we did: one connection per broker
+            return current
+        self._extra[(host, port)] = conn
         return conn
 
     async def _any(self) -> Connection:

@@ -135,11 +135,21 @@ class AsyncClient:
 
     async def _connection(self, address: tuple[str, int]) -> Connection:
         conn = self._connections.get(address)
-        if conn is None or conn.closed:
-            conn = await Connection.open(
-                *address, client_id=self.client_id, request_timeout_s=self.request_timeout_s
-            )
-            self._connections[address] = conn
+        if conn is not None and not conn.closed:
+            return conn
+        if conn is not None:
+            # A failed connection has let go of its socket already; this also reaps its read loop.
+            del self._connections[address]
+            await conn.close()
+        conn = await Connection.open(
+            *address, client_id=self.client_id, request_timeout_s=self.request_timeout_s
+        )
+        current = self._connections.get(address)
+        if current is not None and not current.closed:
+            # Another caller connected while we did: one connection per broker, ours goes.
+            await conn.close()
+            return current
+        self._connections[address] = conn
         return conn
 
     def connections(self) -> list[Connection]:

@@ -300,10 +300,19 @@ class Connection:
                 exc if not isinstance(exc, asyncio.IncompleteReadError) else EOFError("closed by broker")
             )
         except asyncio.CancelledError:
-            self._fail(EOFError("connection closed"))
+            self._mark_closed(EOFError("connection closed"))
+            self._writer.close()  # close() does this too; a cancel from elsewhere must not keep the socket
             raise
 
     def _fail(self, exc: BaseException) -> None:
+        """The connection broke (EOF, a socket error): fail what waits on it and let go of the socket
+        now, not when the object is garbage collected. Nothing written but unsent is worth keeping (the
+        requests it carried have failed), so the transport is aborted rather than flushed; its
+        connection_lost then ends the read loop, if it is not what called us."""
+        self._mark_closed(exc)
+        self._writer.transport.abort()
+
+    def _mark_closed(self, exc: BaseException) -> None:
         if self._closed_error is None:
             self._closed_error = exc
         pending, self._pending = self._pending, {}
@@ -319,7 +328,8 @@ class Connection:
         return self._closed_error is not None
 
     async def close(self) -> None:
-        self._fail(EOFError("connection closed"))
+        """Fail what waits, send what is written (e.g. an acks=0 Produce) and close the socket."""
+        self._mark_closed(EOFError("connection closed"))
         self._read_task.cancel()
         self._writer.close()
         try:

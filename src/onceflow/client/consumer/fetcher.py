@@ -246,6 +246,9 @@ class Fetcher:
     async def _connection(self, node: int) -> Connection:
         conn = self._connections.get(node)
         if conn is None or conn.closed:
+            if conn is not None:
+                del self._connections[node]
+                await conn.close()  # failed: its socket is gone already; this reaps its read loop
             if node not in self._brokers:
                 raise KafkaError(f"no address known for broker {node}", ErrorCode.LEADER_NOT_AVAILABLE)
             host, port = self._brokers[node]

@@ -18,7 +18,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from onceflow.client.async_client import AsyncClient, finalized_feature_level
 from onceflow.client.connection import BrokerConnectionError, Connection
-from onceflow.client.producer.errors import COORDINATOR_CODES
+from onceflow.client.producer.errors import COORDINATOR_CODES, ProducerClosedError
 from onceflow.protocol.errors import ErrorCode, KafkaError
 from onceflow.protocol.transaction_versions import TRANSACTION_VERSION_FEATURE
 
@@ -46,8 +46,14 @@ class ProducerNetwork:
         self._coordinators: dict[tuple[int, str], int] = {}
         self._refresh_lock = asyncio.Lock()
         self.last_refresh = 0.0
+        self.closed = False
 
     async def close(self) -> None:
+        self.closed = True
+        opening, self._opening = self._opening, {}
+        for task in opening.values():
+            task.cancel()
+        await asyncio.gather(*opening.values(), return_exceptions=True)  # one that got through is below
         conns, self._connections = self._connections, {}
         await asyncio.gather(*(c.close() for c in conns.values()), return_exceptions=True)
         await self.client.close()
@@ -74,11 +80,16 @@ class ProducerNetwork:
             self.last_refresh = time.monotonic()
 
     async def wait_for_topic(self, topic: str, deadline: float) -> int:
-        """The partition count of ``topic``, refreshing metadata until ``deadline`` (max.block.ms)."""
+        """The partition count of ``topic``, refreshing metadata until ``deadline`` (max.block.ms).
+        At the deadline raises the topic's error in the last answer, or REQUEST_TIMED_OUT if that is
+        retriable (the topic does not exist, has no leader yet) or no answer came; raises
+        :class:`ProducerClosedError` if the producer is closed meanwhile."""
         while True:
             count = self.partition_counts.get(topic)
             if count is not None:
                 return count
+            if self.closed:
+                raise ProducerClosedError(f"producer closed while waiting for the metadata of {topic!r}")
             try:
                 await self.refresh([topic, *self.partition_counts])
             except BrokerConnectionError as exc:
@@ -104,22 +115,28 @@ class ProducerNetwork:
         conn = self.ready_connection(node)
         if conn is not None:
             return conn
+        if self.closed:
+            raise BrokerConnectionError("the producer is closed")
+        stale = self._connections.pop(node, None)
+        if stale is not None:
+            await stale.close()  # failed: its socket is gone already; this reaps its read loop
         task = self._opening.get(node)
         if task is None:
             if node not in self.brokers:
                 raise BrokerConnectionError(f"broker {node} is not in the metadata")
-            host, port = self.brokers[node]
-            task = asyncio.ensure_future(
-                Connection.open(
-                    host, port, client_id=self.client_id, request_timeout_s=self.request_timeout_s
-                )
-            )
-            self._opening[node] = task
+            task = self._opening[node] = asyncio.ensure_future(self._open(node, *self.brokers[node]))
+        return await asyncio.shield(task)  # a cancelled caller leaves the connecting to go on
+
+    async def _open(self, node: int, host: str, port: int) -> Connection:
+        """Connect to ``node`` and keep the connection, even when every caller waiting for it was
+        cancelled meanwhile (close() then closes it with the others)."""
         try:
-            conn = await asyncio.shield(task)
+            conn = await Connection.open(
+                host, port, client_id=self.client_id, request_timeout_s=self.request_timeout_s
+            )
         finally:
-            if task.done():
-                self._opening.pop(node, None)
+            if self._opening.get(node) is asyncio.current_task():
+                del self._opening[node]
         self._connections[node] = conn
         return conn
 

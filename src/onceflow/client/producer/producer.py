@@ -39,6 +39,7 @@ from onceflow.client.producer.batch import RecordFuture, RecordMetadata, failed_
 from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.producer.errors import (
     FATAL_CODES,
+    BufferExhaustedError,
     FatalProducerError,
     ProducerClosedError,
     RecordTooLargeError,
@@ -197,16 +198,25 @@ class AsyncProducer:
     ) -> RecordFuture:
         """Queue a record; returns its :class:`RecordFuture` (await it for the :class:`RecordMetadata`).
 
-        Waits only for metadata of a new topic or for room in buffer.memory (both up to max.block.ms).
-        A record larger than max.request.size or buffer.memory is not queued: as in Kafka, the
-        :class:`RecordTooLargeError` is not raised here but is in the future returned (already done),
-        and in a transaction it makes the transaction fail (commit raises; abort and start again).
+        Waits only for metadata of a new topic and for room in buffer.memory (max.block.ms in all).
+        As in Kafka, a record that cannot be queued is not raised here but is the error of the future
+        returned (already done): larger than max.request.size or buffer.memory
+        (:class:`RecordTooLargeError`), its topic's metadata not there within max.block.ms (a
+        :class:`KafkaError`, REQUEST_TIMED_OUT unless the topic's error is not retriable), or no room
+        in buffer.memory within max.block.ms (:class:`BufferExhaustedError`). In a transaction such a
+        failure makes the transaction fail (commit raises; abort and start again). Raised: a send
+        after close, to a partition the topic does not have, or that the transaction state does not
+        allow (see ``_refuse``).
         """
         if not self._started:
             await self.start()
+        deadline = None
         count = self._network.partition_counts.get(topic)
         if count is None:
-            count = await self._network.wait_for_topic(topic, self._block_deadline())
+            deadline = self._block_deadline()
+            count = await self._topic_partitions(topic, partition, deadline)
+            if type(count) is not int:
+                return count  # refused
         created = self._accumulator.batches_created
         result = self._append(topic, value, key, partition, timestamp_ms, headers, count)
         if self._accumulator.batches_created != created:
@@ -214,11 +224,27 @@ class AsyncProducer:
             # while we go on filling the next one, instead of only when the caller next waits.
             await asyncio.sleep(0)
         if type(result) is int:
-            deadline = self._block_deadline()
+            if deadline is None:
+                deadline = self._block_deadline()
             while type(result) is int:
-                await self._accumulator.memory.wait_async(result, deadline)
+                try:
+                    await self._accumulator.memory.wait_async(result, deadline)
+                except BufferExhaustedError as exc:
+                    return self._refuse(topic, partition, exc)
                 result = self._append(topic, value, key, partition, timestamp_ms, headers, count)
         return result
+
+    async def _topic_partitions(
+        self, topic: str, partition: int | None, deadline: float
+    ) -> int | RecordFuture:
+        """The partition count of ``topic``, waiting for its metadata up to ``deadline``; if it does not
+        come, the refused record's future (see :meth:`_refuse`). A closed producer raises."""
+        try:
+            return await self._network.wait_for_topic(topic, deadline)
+        except ProducerClosedError:
+            raise
+        except KafkaError as exc:
+            return self._refuse(topic, partition, exc)
 
     def _append(self, topic, value, key, partition, timestamp_ms, headers, count):
         """The part of send() that needs no waiting: usable from any thread (the sync facade)."""
@@ -274,18 +300,30 @@ class AsyncProducer:
         call ``result()`` on each, to learn whether every record was written. If any record is larger
         than max.request.size or buffer.memory, none is queued and the result is one future holding
         the :class:`RecordTooLargeError` (in a transaction, the transaction fails, as with ``send``).
+        Other failures are also not raised but returned as with ``send``: without the topic's metadata
+        within max.block.ms nothing is queued and the result is one future holding the error; if
+        buffer.memory stays full for max.block.ms, the records not queued by then are dropped and the
+        last future holds the :class:`BufferExhaustedError`.
         """
         if not self._started:
             await self.start()
         count = self._network.partition_counts.get(topic)
         if count is None:
-            count = await self._network.wait_for_topic(topic, self._block_deadline())
+            count = await self._topic_partitions(topic, partition, self._block_deadline())
+            if type(count) is not int:
+                return [count]  # refused
         timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         futures: list[RecordFuture] = []
-        for need in self._fill_many(topic, values, keys, partition, count, timestamp, headers, futures):
+        filling = self._fill_many(topic, values, keys, partition, count, timestamp, headers, futures)
+        for need in filling:
             await asyncio.sleep(0)  # let the sender put full batches on the wire
             if need:
-                await self._accumulator.memory.wait_async(need, self._block_deadline())
+                try:  # max.block.ms per wait: each group of records is a send of its own
+                    await self._accumulator.memory.wait_async(need, self._block_deadline())
+                except BufferExhaustedError as exc:
+                    filling.close()
+                    futures.append(self._refuse(topic, partition, exc))
+                    break
         return futures
 
     def _fill_many(
@@ -430,16 +468,21 @@ class AsyncProducer:
                 return error
         return None
 
-    def _refuse(self, topic: str, partition: int | None, error: RecordTooLargeError) -> RecordFuture:
-        """A record refused before it was queued. Kafka's doSend hands such an error to the future and
-        the callback instead of raising it, and a transactional producer moves to the abortable error
-        state (TransactionManager.maybeTransitionToErrorState): commit_transaction() then fails, the
-        transaction's queued records fail with it, and abort_transaction() starts over. As in Kafka,
-        under the transaction protocol v1 the abort also bumps the epoch (InitProducerId); under v2
-        EndTxn bumps it anyway."""
+    def _refuse(self, topic: str, partition: int | None, error: KafkaError) -> RecordFuture:
+        """A record that failed before it was queued: too large, no metadata for its topic or no room in
+        buffer.memory within max.block.ms. Kafka's doSend hands such an error (an ApiException) to the
+        future and the callback instead of raising it, and a transactional producer moves to the
+        abortable error state (TransactionManager.maybeTransitionToErrorState): commit_transaction()
+        then fails, the transaction's queued records fail with it, and abort_transaction() starts over.
+        As in Kafka, under the transaction protocol v1 the abort also bumps the epoch (InitProducerId);
+        under v2 EndTxn bumps it anyway. Where that move is not allowed (no transaction begun, a fatal
+        error; the state may have changed while send() waited) Kafka throws; this raises what a send
+        in that state raises."""
         log.debug("send to %s refused: %s", topic, error)
         txn = self.txn
         if txn.transactional_id is not None:
+            if txn.state is not TxnState.IN_TRANSACTION and txn.state is not TxnState.ABORTABLE_ERROR:
+                txn.check_can_send()  # raises
             if not txn.transaction_v2:
                 txn.epoch_bump_required = True
             self._fail_transaction(error)  # a fatal error met meanwhile stays fatal

@@ -27,6 +27,7 @@ from typing import Any
 
 from onceflow.client.producer.batch import RecordFuture, RecordMetadata
 from onceflow.client.producer.config import ProducerConfig
+from onceflow.client.producer.errors import BufferExhaustedError, ProducerClosedError
 from onceflow.client.producer.faults import ClientFaults
 from onceflow.client.producer.producer import AsyncProducer
 
@@ -98,14 +99,16 @@ class Producer:
         """Queue a record. Returns a :class:`RecordFuture` (``.get(timeout)`` blocks for the metadata);
         ``callback(metadata, error)`` runs on the producer's thread when the record is acknowledged or
         failed. Blocks only for a new topic's metadata or a full buffer.memory (up to max.block.ms).
-        A record too large to send is not queued and not raised: its future holds the
-        :class:`RecordTooLargeError`, and ``callback`` runs at once, in the caller's thread."""
+        A record that cannot be queued is not raised (see :meth:`AsyncProducer.send`): too large, no
+        metadata for its topic or no room in buffer.memory within max.block.ms. Its future holds the
+        error, and ``callback`` runs at once, in the caller's thread."""
         producer = self._async
         count = producer._network.partition_counts.get(topic)
         result = None
         if count is not None:
             result = producer._append(topic, value, key, partition, timestamp_ms, headers, count)
         if result is None or type(result) is int:
+            self._check_open("send")
             result = self._call(
                 producer.send(
                     topic, value, key, partition=partition, timestamp_ms=timestamp_ms, headers=headers
@@ -128,17 +131,32 @@ class Producer:
         """Queue many records of one topic in one call: ``send`` without a future per record (see
         :meth:`AsyncProducer.send_many`). Returns one :class:`RecordFuture` per batch used; after
         ``flush()``, ``result()`` on each raises the error of a batch that failed. Blocks only for a
-        new topic's metadata or a full buffer.memory (up to max.block.ms)."""
+        new topic's metadata or a full buffer.memory (up to max.block.ms); what fails then is not
+        raised but returned in the last future, as with :meth:`AsyncProducer.send_many`."""
         producer = self._async
         count = producer._network.partition_counts.get(topic)
         if count is None:
-            count = len(self.partitions_for(topic))
+            self._check_open("send_many")
+            count = self._call(producer._topic_partitions(topic, partition, producer._block_deadline()))
+            if type(count) is not int:
+                return [count]  # refused
         timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         futures: list[RecordFuture] = []
-        for need in producer._fill_many(topic, values, keys, partition, count, timestamp, headers, futures):
+        filling = producer._fill_many(topic, values, keys, partition, count, timestamp, headers, futures)
+        for need in filling:
             if need:
-                producer._accumulator.memory.wait_sync(need, producer._block_deadline())
+                try:
+                    producer._accumulator.memory.wait_sync(need, producer._block_deadline())
+                except BufferExhaustedError as exc:
+                    filling.close()
+                    futures.append(producer._refuse(topic, partition, exc))
+                    break
         return futures
+
+    def _check_open(self, what: str) -> None:
+        """Before handing work to the producer's loop, which close() stops."""
+        if self._closed:
+            raise ProducerClosedError(f"{what}() after close()")
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued and wait until each record is acknowledged or failed."""
