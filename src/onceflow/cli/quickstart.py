@@ -183,14 +183,25 @@ def step_load_and_produce(run: QuickstartRun) -> None:
             "compression.type": "lz4",
         }
     )
+    failures: list[BaseException] = []
+
+    def delivered(_metadata, error: BaseException | None) -> None:
+        if error is not None:
+            failures.append(error)
+
     try:
         for i, (key, value) in enumerate(encode_flights(frame), 1):
-            producer.send(INPUT_TOPIC, value, key=key)
+            # A record that cannot be sent fails its future rather than raising: count those.
+            producer.send(INPUT_TOPIC, value, key=key, callback=delivered)
             if i % 10_000 == 0:
                 run.progress.update(task, completed=i)
         producer.flush()
     finally:
         producer.close()
+    if failures:
+        raise QuickstartFailed(
+            f"{len(failures):,} flights were not delivered; the first error: {failures[0]}"
+        )
     elapsed = time.perf_counter() - started
     run.progress.update(task, completed=run.events)
     run.report.append(
