@@ -132,6 +132,74 @@ def test_reading_pauses_while_too_many_answers_are_owed_or_the_transport_is_full
     asyncio.run(scenario())
 
 
+def test_requests_already_read_wait_while_made_answers_pass_the_byte_bound(monkeypatch):
+    """A client pipelining fetches it does not read must not make the broker build every answer."""
+    monkeypatch.setattr(client_protocol, "MAX_UNWRITTEN_ANSWER_BYTES", 10)
+
+    async def scenario():
+        first = asyncio.Event()
+        started: list[int] = []
+
+        async def dispatch(event):
+            cid = event.header.correlation_id
+            started.append(cid)
+            if cid == 1:
+                await first.wait()  # the head owes its answer, so the later ones cannot leave
+            return b"answer-%d" % cid  # 8 bytes
+
+        transport = FakeTransport()
+        protocol = make(dispatch, transport)
+        feed(protocol, b"".join(frame(i) for i in range(1, 6)))
+        await settle()
+        assert started == [1, 2, 3]  # 16 answer bytes made: 4 and 5 wait, already read
+        assert not transport.reading and transport.written == []
+        first.set()
+        await settle()
+        assert started == [1, 2, 3, 4, 5] and transport.reading
+        assert transport.written == [b"answer-%d" % i for i in range(1, 6)]
+
+    asyncio.run(scenario())
+
+
+def test_no_request_is_started_while_the_transport_is_full():
+    async def scenario():
+        started: list[int] = []
+
+        async def dispatch(event):
+            started.append(event.header.correlation_id)
+            return b"a%d" % event.header.correlation_id
+
+        transport = FakeTransport()
+        protocol = make(dispatch, transport)
+        protocol.pause_writing()
+        feed(protocol, b"".join(frame(i) for i in range(1, 4)))  # read before the pause took effect
+        await settle()
+        assert started == [] and transport.written == []
+        protocol.resume_writing()
+        await settle()
+        assert started == [1, 2, 3] and transport.written == [b"a1", b"a2", b"a3"]
+
+    asyncio.run(scenario())
+
+
+def test_requests_held_back_start_once_answers_leave_without_more_bytes_from_the_client(monkeypatch):
+    """Room made by writing answers starts the requests still buffered: the client, waiting for
+    their answers, sends nothing more to wake us."""
+    monkeypatch.setattr(client_protocol, "MAX_QUEUED_REQUESTS", 2)
+
+    async def scenario():
+        async def dispatch(event):
+            return b"a%d" % event.header.correlation_id
+
+        transport = FakeTransport()
+        protocol = make(dispatch, transport)
+        feed(protocol, b"".join(frame(i) for i in range(1, 6)))
+        await settle()
+        assert transport.written == [b"a1", b"a2", b"a3", b"a4", b"a5"] and transport.reading
+
+    asyncio.run(scenario())
+
+
 def test_a_close_or_a_failing_handler_aborts_after_the_earlier_answers():
     for failure in (CloseConnection("acks=0 produce failed"), RuntimeError("handler bug")):
 

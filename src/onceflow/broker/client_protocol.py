@@ -12,9 +12,12 @@ Ordering: handlers start in request order, so a handler that changes state befor
 ``await`` (Produce) applies pipelined requests in order; answers leave strictly in request order
 because only the head of ``_pending`` is ever written.
 
-Backpressure: with ``MAX_QUEUED_REQUESTS`` requests unanswered, or while the transport's write buffer
-is above its high-water mark (``pause_writing``), we stop reading and stop writing further answers;
-both resume as the client reads. A handler returning ``None`` sends nothing (acks=0 produce,
+Backpressure: with ``MAX_QUEUED_REQUESTS`` requests unanswered, with ``MAX_UNWRITTEN_ANSWER_BYTES`` of
+answers made but not yet written, or while the transport's write buffer is above its high-water mark
+(``pause_writing``), we stop reading and stop starting requests already read; all resume as the client
+reads. Without the byte bound a client that pipelines fetches and never reads its answers made the
+broker build every answer (up to fetch.max.bytes each) in memory: 100 fetches of a 60 MB topic held
+2.7 GB. Kafka bounds it harder, reading one request per connection at a time. A handler returning ``None`` sends nothing (acks=0 produce,
 dropped-response fault); raising ``CloseConnection`` closes the connection (Kafka's answer to a failed
 acks=0 produce, the disconnect fault); any other exception is a handler bug: logged, connection closed
 (the client reconnects). An undecodable frame or the peer's EOF closes the connection too; requests
@@ -48,6 +51,9 @@ log = logging.getLogger(__name__)
 
 # Requests read ahead of their responses on one connection; beyond this we stop reading.
 MAX_QUEUED_REQUESTS = 512
+# Answers made and not yet written on one connection (besides the transport's own buffer); past this,
+# no further request is started until the client reads. One answer may go past it (a whole fetch).
+MAX_UNWRITTEN_ANSWER_BYTES = 32 * 1024 * 1024
 API_VERSIONS_KEY = 18
 
 Dispatch = Callable[[RequestReceived], Coroutine[Any, Any, "bytes | bytearray | None"]]
@@ -114,6 +120,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
         # Unanswered requests in request order: a future (a task, or a handler's failure), or an
         # answer already known (bytes; None for a request answered with nothing).
         self._pending: deque[asyncio.Future | bytes | bytearray | None] = deque()
+        self._unwritten_bytes = 0  # of the answers in _pending that are made (see _answer_size)
         self._reading_paused = False
         self._writing_paused = False
         self._closing = False
@@ -178,33 +185,41 @@ class ClientProtocol(asyncio.BufferedProtocol):
             self._transport.abort()
 
     def _read_events(self) -> None:
-        """Start a task for each complete request while there is room, then pause or resume reading."""
+        """Start each complete request while there is room, write what is answered, then pause or resume
+        reading. Writing can make room again (answers leave), so it goes on until the buffered requests
+        run out or room does: requests already read must never wait for more bytes from the client,
+        which may be waiting for their answers."""
         connection = self._connection
-        finished_now = False
-        while not self._closing and len(self._pending) < MAX_QUEUED_REQUESTS:
-            event = connection.next_event()
-            if event is NEED_DATA:
-                break
-            if isinstance(event, ConnectionBroken):
-                log.warning("closing connection from %s: %s", self._peer, event.reason)
-                self.abort()
-                return
-            if isinstance(event, UnsupportedApiVersionsRequest):
-                api = self._supported[API_VERSIONS_KEY]
-                self._pending.append(
-                    apis.unsupported_api_versions_response(
+        while True:
+            finished_now = need_data = False
+            while not self._closing and not self._holding_back():
+                event = connection.next_event()
+                if event is NEED_DATA:
+                    need_data = True
+                    break
+                if isinstance(event, ConnectionBroken):
+                    log.warning("closing connection from %s: %s", self._peer, event.reason)
+                    self.abort()
+                    return
+                if isinstance(event, UnsupportedApiVersionsRequest):
+                    api = self._supported[API_VERSIONS_KEY]
+                    answer = apis.unsupported_api_versions_response(
                         event.correlation_id, api.min_version, api.max_version
                     )
-                )
+                    self._unwritten_bytes += len(answer)
+                    self._pending.append(answer)
+                    self._write_ready()
+                    continue
+                assert isinstance(event, RequestReceived)
+                answer = self._start(event)
+                self._unwritten_bytes += _answer_size(answer)
+                self._pending.append(answer)
+                if not isinstance(answer, asyncio.Future) or answer.done():
+                    finished_now = True
+            if finished_now:
                 self._write_ready()
-                continue
-            assert isinstance(event, RequestReceived)
-            answer = self._start(event)
-            self._pending.append(answer)
-            if not isinstance(answer, asyncio.Future) or answer.done():
-                finished_now = True
-        if finished_now:
-            self._write_ready()
+            if need_data or self._closing or self._holding_back():
+                break
         self._update_reading()
 
     def _start(self, event: RequestReceived) -> asyncio.Future | bytes | bytearray | None:
@@ -232,10 +247,18 @@ class ClientProtocol(asyncio.BufferedProtocol):
         task.add_done_callback(self._request_done)
         return task
 
+    def _holding_back(self) -> bool:
+        """Whether to leave further requests unstarted (and unread) until the client reads answers."""
+        return (
+            self._writing_paused
+            or len(self._pending) >= MAX_QUEUED_REQUESTS
+            or self._unwritten_bytes >= MAX_UNWRITTEN_ANSWER_BYTES
+        )
+
     def _update_reading(self) -> None:
         if self._closing or self._transport is None:
             return
-        stop = self._writing_paused or len(self._pending) >= MAX_QUEUED_REQUESTS
+        stop = self._holding_back()
         if stop and not self._reading_paused:
             self._reading_paused = True
             self._transport.pause_reading()
@@ -243,13 +266,14 @@ class ClientProtocol(asyncio.BufferedProtocol):
             self._reading_paused = False
             self._transport.resume_reading()
 
-    def _request_done(self, _task: asyncio.Future) -> None:
+    def _request_done(self, task: asyncio.Future) -> None:
         if self._closing:
             return
-        was_full = len(self._pending) >= MAX_QUEUED_REQUESTS
+        self._unwritten_bytes += _answer_size(task)
+        was_holding_back = self._holding_back()
         self._write_ready()
-        if was_full:
-            self._read_events()  # requests read but not started while the queue was full
+        if was_holding_back:
+            self._read_events()  # requests read but not started while we held back
 
     def _write_ready(self) -> None:
         """Write the answers at the head of the queue that are ready, in order."""
@@ -277,5 +301,17 @@ class ClientProtocol(asyncio.BufferedProtocol):
                     return
             else:
                 response = pending.popleft()
-            if response is not None and transport is not None:
-                transport.write(response)
+            if response is not None:
+                self._unwritten_bytes -= len(response)
+                if transport is not None:
+                    transport.write(response)
+
+
+def _answer_size(answer: asyncio.Future | bytes | bytearray | None) -> int:
+    """Bytes of an answer that is made: given as bytes, or a finished future's result (0 while it runs,
+    and for a failed one, whose connection is closed anyway)."""
+    if isinstance(answer, asyncio.Future):
+        if not answer.done() or answer.cancelled() or answer.exception() is not None:
+            return 0
+        answer = answer.result()
+    return 0 if answer is None else len(answer)
