@@ -32,6 +32,7 @@ import contextlib
 import logging
 import socket
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
@@ -125,6 +126,8 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._closing = False
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # time.monotonic() of the last bytes read or answer written (connections.max.idle.ms).
+        self.last_active = time.monotonic()
 
     # -- asyncio callbacks ---------------------------------------------------------------------------
 
@@ -143,6 +146,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
         return self._connection.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = time.monotonic()
         self._connection.buffer_updated(nbytes)
         self._read_events()
 
@@ -177,6 +181,10 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self._read_events()
 
     # -- ours ----------------------------------------------------------------------------------------
+
+    def idle_since(self) -> float | None:
+        """When this connection last read or wrote, if it owes no answer now; None if it does."""
+        return None if self._pending or self._closing else self.last_active
 
     def abort(self) -> None:
         """Close at once, dropping unwritten answers (as Kafka closes a channel)."""
@@ -305,6 +313,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
                 self._unwritten_bytes -= len(response)
                 if transport is not None:
                     transport.write(response)
+                    self.last_active = time.monotonic()
 
 
 def _answer_size(answer: asyncio.Future | bytes | bytearray | None) -> int:

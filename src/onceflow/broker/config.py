@@ -24,6 +24,8 @@ class BrokerConfig:
     num_partitions: int = 1  # num.partitions: partitions of auto-created topics and of CreateTopics(-1)
     default_replication_factor: int = 1  # default.replication.factor
     socket_request_max_bytes: int = 104857600  # socket.request.max.bytes (100 MB)
+    # A connection that reads and writes nothing for this long is closed (negative: never).
+    connections_max_idle_ms: int = 600000  # connections.max.idle.ms (10 minutes)
     message_max_bytes: int = 1048588  # message.max.bytes: default of a topic's max.message.bytes
     log_retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
@@ -52,6 +54,8 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
+        if self.connections_max_idle_ms == 0:
+            raise ValueError("connections.max.idle.ms must be positive (or negative: never close), not 0")
         if self.max_incremental_fetch_session_cache_slots < 0:
             raise ValueError(
                 "max.incremental.fetch.session.cache.slots must be >= 0, "

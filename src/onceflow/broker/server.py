@@ -30,6 +30,7 @@ from onceflow.broker.faults import Faults
 from onceflow.broker.fetch_session import FetchSessionCache
 from onceflow.broker.group.service import start_group_coordinator
 from onceflow.broker.handlers import HANDLERS
+from onceflow.broker.idle_connections import close_idle_connections
 from onceflow.broker.malloc_tuning import keep_freed_memory_for_reuse
 from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.topics import TopicManager
@@ -64,6 +65,7 @@ class Broker:
         self._connections: set[ClientProtocol] = set()
         self._housekeeping: asyncio.Task[None] | None = None
         self._producer_expiry: asyncio.Task[None] | None = None
+        self._idle_expiry: asyncio.Task[None] | None = None
         self.port = config.port
         self._data_dir_lock: DataDirLock | None = None
 
@@ -106,6 +108,11 @@ class Broker:
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._producer_expiry = asyncio.create_task(run_producer_expiry(self.topics), name="producer-expiry")
+        if self.config.connections_max_idle_ms > 0:
+            self._idle_expiry = asyncio.create_task(
+                close_idle_connections(lambda: self._connections, self.config.connections_max_idle_ms),
+                name="idle-connections",
+            )
         transactions = TransactionService(
             self.config, self.topics, self.services.groups, self.faults, self.services.producer_ids
         )
@@ -118,7 +125,7 @@ class Broker:
         """Stop accepting, drop connections, flush and close every log."""
         if self._server is not None:
             self._server.close()
-        for task in (self._housekeeping, self._producer_expiry):
+        for task in (self._housekeeping, self._producer_expiry, self._idle_expiry):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
