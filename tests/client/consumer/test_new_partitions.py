@@ -10,6 +10,7 @@ coordinator notices the new partitions itself and bumps the group epoch).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import pytest
@@ -192,13 +193,13 @@ def settled(consumers, partitions) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("protocol", "members"),
-    [("consumer", 1)],
-    ids=["consumer-1"],
+    ("protocol", "members", "pattern"),
+    [("classic", 1, False), ("classic", 2, False), ("classic", 1, True), ("consumer", 1, False)],
+    ids=["classic-1", "classic-2", "classic-pattern", "consumer-1"],
 )
-def test_partitions_added_to_a_subscribed_topic_are_consumed(broker, protocol, members):
-    topic = topic_name(f"grow-{protocol}-{members}")
-    group = topic_name(f"g-grow-{protocol}-{members}")
+def test_partitions_added_to_a_subscribed_topic_are_consumed(broker, protocol, members, pattern):
+    topic = topic_name(f"grow-{protocol}-{members}-{pattern}")
+    group = topic_name(f"g-grow-{protocol}-{members}-{pattern}")
     settings = dict(
         bootstrap_servers=broker.bootstrap,
         group_id=group,
@@ -213,7 +214,12 @@ def test_partitions_added_to_a_subscribed_topic_are_consumed(broker, protocol, m
         async with AsyncClient(broker.bootstrap) as client:
             await client.create_topic(topic, partitions=1)
             await client.produce(topic, 0, encode_batch([(None, b"before")]))
-        consumers = [AsyncConsumer(topic, **settings) for _ in range(members)]
+        consumers = [AsyncConsumer(**settings) for _ in range(members)]
+        for c in consumers:
+            if pattern:  # classic: matched against all topics' metadata every metadata.max.age.ms
+                c.subscribe(pattern=re.escape(topic))
+            else:
+                c.subscribe([topic])
         seen: set = set()
         try:
             await poll_until(consumers, lambda: (0, b"before") in seen, "the first record", seen)
