@@ -431,7 +431,11 @@ class AsyncConsumer:
             self._coordinator.last_poll = time.monotonic()  # callbacks that ran in it count as polling
             if self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
                 self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
-                await self._commit_quietly(deadline=deadline)
+                if not await self._commit_quietly(deadline=deadline, periodic=True):
+                    # Kafka's maybeAutoCommitOffsetsAsync: a retriable failure (no coordinator yet,
+                    # one moving, no answer by poll's deadline) tries again after retry.backoff.ms,
+                    # not a whole auto.commit.interval.ms later.
+                    self._next_auto_commit = time.monotonic() + self.config.retry_backoff_ms / 1000
         if self._subscriptions.missing_positions():
             await self._update_positions(deadline)
         await self._fetcher.ensure_running()
@@ -720,27 +724,33 @@ class AsyncConsumer:
         return asyncio.get_running_loop().create_task(run())
 
     async def _commit_quietly(
-        self, partitions: list[TopicPartition] | None = None, *, deadline: float
-    ) -> None:
+        self, partitions: list[TopicPartition] | None = None, *, deadline: float, periodic: bool = False
+    ) -> bool:
         """Auto commit: positions that moved since the last commit, retried until ``deadline``; failures
-        are logged (the records will be read again, never skipped). Nothing while a subscribed member
-        is between generations."""
+        are logged (the records will be read again, never skipped; a ``periodic`` one's retriable
+        failures at DEBUG, as Kafka's, since poll tries again within retry.backoff.ms). Nothing while a
+        subscribed member is between generations. False when it failed with a retriable error."""
         m = self._membership
         if self._coordinator is None or (
             self._subscriptions.mode == AUTO_TOPICS and m is not None and not m.active
         ):
-            return
+            return True
         positions = {
             tp: om
             for tp, om in self._current_positions(partitions).items()
             if self._last_committed.get(tp) != om[0]
         }
         if not positions:
-            return
+            return True
         try:
             await self._coordinator.commit(positions, deadline=deadline)
             self._last_committed.update({tp: o for tp, (o, _m) in positions.items()})
         except CommitFailed as exc:
             log.info("auto commit skipped: %s", exc)
         except (KafkaError, OSError) as exc:
-            log.warning("auto commit failed: %s", exc)
+            retriable = isinstance(exc, OSError) or exc.retriable
+            log.log(
+                logging.DEBUG if periodic and retriable else logging.WARNING, "auto commit failed: %s", exc
+            )
+            return not retriable
+        return True
