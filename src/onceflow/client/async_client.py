@@ -171,7 +171,9 @@ class AsyncClient:
 
     async def _leader_connection(self, topic: str, partition: int) -> Connection:
         metadata = self._metadata
-        if metadata is None or topic not in metadata.topics:
+        info = None if metadata is None else metadata.topics.get(topic)
+        if info is None or info.error != ErrorCode.NONE or partition not in info.partitions:
+            # The cache may predate the topic or the partition (CreatePartitions): ask before giving up.
             metadata = await self.metadata([topic])
         info = metadata.topics.get(topic)
         if info is None or info.error != ErrorCode.NONE or partition not in info.partitions:

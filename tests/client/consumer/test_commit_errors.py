@@ -18,8 +18,9 @@ from onceflow.client.consumer import TopicPartition as TP
 from onceflow.client.consumer.assignors import Assignment, RangeAssignor, encode_assignment
 from onceflow.client.consumer.group import GroupMembership, MemberState
 from onceflow.client.consumer.offset_commit import CommitErrorAction as A
-from onceflow.client.consumer.offset_commit import commit_error_action
+from onceflow.client.consumer.offset_commit import ConsumerTimeout, commit_error_action
 from onceflow.client.producer import AsyncProducer
+from onceflow.protocol.errors import CoordinatorNotAvailable, KafkaError
 from onceflow.protocol.errors import ErrorCode as E
 
 # Kafka's consumers (ConsumerCoordinator.OffsetCommitResponseHandler, CommitRequestManager):
@@ -104,6 +105,81 @@ def test_a_refusal_of_another_generations_commit_leaves_the_member_alone(sent):
     m = stable_member()
     m.on_commit_refused(E.ILLEGAL_GENERATION, *sent)
     assert not m.lost and not m.rejoin_needed and m.state is MemberState.STABLE
+
+
+class ScriptedCoordinator:
+    """Stands in for the group coordinator: each commit raises the next scripted error (None: succeeds)."""
+
+    def __init__(self, *errors: Exception | None) -> None:
+        self.errors = list(errors)
+        self.commits: list[dict] = []
+        self.last_poll = 0.0
+
+    async def commit(self, offsets, *, deadline):
+        self.commits.append(dict(offsets))
+        error = self.errors.pop(0) if self.errors else None
+        if error is not None:
+            raise error
+
+
+class IdleFetcher:
+    async def ensure_running(self) -> None:
+        pass
+
+
+INTERVAL_S, BACKOFF_S = 60.0, 0.1
+
+
+@pytest.mark.parametrize(
+    "retriable",
+    [ConsumerTimeout("no coordinator by poll's deadline"), CoordinatorNotAvailable("the coordinator moves")],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_retriable_auto_commit_failure_is_retried_after_retry_backoff_not_a_whole_interval(retriable):
+    """Kafka's maybeAutoCommitOffsetsAsync: after a retriable failure (RetriableCommitFailedException)
+    the next auto commit is due in retry.backoff.ms; after a success or any other failure, in
+    auto.commit.interval.ms. Poll's work is driven directly with a stand-in coordinator, and the
+    schedule it leaves is read, not waited for."""
+    tp = TP("t", 0)
+
+    async def run():
+        consumer = AsyncConsumer(
+            bootstrap_servers="127.0.0.1:1",  # never contacted
+            group_id="g",
+            auto_commit_interval_ms=int(INTERVAL_S * 1000),
+            retry_backoff_ms=int(BACKOFF_S * 1000),
+        )
+        consumer.assign([tp])
+        coordinator = consumer._coordinator = ScriptedCoordinator(
+            retriable,
+            None,
+            KafkaError("not allowed", E.GROUP_AUTHORIZATION_FAILED),
+            CommitFailed("the group rebalanced", E.ILLEGAL_GENERATION),
+        )
+        consumer._fetcher = IdleFetcher()
+
+        async def auto_commit_at(position: int) -> tuple[float, float]:
+            """One poll's work with an auto commit due; (when it started, when the next is due)."""
+            consumer._subscriptions.state(tp).seek(position)
+            consumer._next_auto_commit = 0.0
+            started = time.monotonic()
+            await consumer._prepare(started)
+            assert coordinator.commits[-1] == {tp: (position, "")}
+            return started, consumer._next_auto_commit
+
+        try:
+            _, due = await auto_commit_at(5)  # the retriable failure
+            assert due <= time.monotonic() + BACKOFF_S
+            started, due = await auto_commit_at(5)  # the retry succeeds
+            assert due >= started + INTERVAL_S
+            for position in (6, 7):  # a non-retriable failure, then a refused one: no early retry
+                started, due = await auto_commit_at(position)
+                assert due >= started + INTERVAL_S
+            assert len(coordinator.commits) == 4
+        finally:
+            await consumer._client.close()
+
+    asyncio.run(run())
 
 
 # -- end to end ------------------------------------------------------------------------------------

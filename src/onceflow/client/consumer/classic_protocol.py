@@ -19,6 +19,7 @@ from onceflow.client.consumer.assignors import TopicPartition
 from onceflow.client.consumer.config import ConsumerConfig
 from onceflow.client.consumer.coordinator import GroupCoordinatorBase, remaining
 from onceflow.client.consumer.group import Action, GroupMembership, MemberState, SyncResult
+from onceflow.client.consumer.metadata_watch import partition_counts
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,20 @@ class GroupCoordinator(GroupCoordinatorBase):
         m = self.membership
         return m.rejoin_needed or m.state != MemberState.STABLE
 
+    def check_metadata(self) -> bool:
+        """The leader asks for a rejoin when the subscribed topics' partitions changed since it assigned
+        (Kafka's "cached metadata has changed"); see :mod:`.metadata_watch`. Whether it asked now."""
+        m = self.membership
+        if not m.check_metadata():
+            return False
+        log.info(
+            "group %s generation %d: the subscribed topics changed since the assignment (%s); rejoining",
+            self.group_id,
+            m.generation_id,
+            m.metadata_watch.describe(),
+        )
+        return True
+
     async def ensure_active(self, deadline: float) -> None:
         if self._fatal is not None:
             raise self._fatal
@@ -77,6 +92,7 @@ class GroupCoordinator(GroupCoordinatorBase):
                 self._round = None
                 await self._end_round(joining.result())
                 continue
+            self.check_metadata()
             if not self.needs_rejoin:
                 return
             self.rejoin_event.clear()
@@ -132,12 +148,15 @@ class GroupCoordinator(GroupCoordinatorBase):
             raise
 
     async def _assign(self, joined) -> dict[str, bytes]:
-        """The leader's job: metadata for every member's topics, then the chosen assignor."""
+        """The leader's job: metadata for every member's topics, then the chosen assignor. The counts
+        it assigned with are kept, to rejoin when they change (:mod:`.metadata_watch`)."""
         m = self.membership
         topics = sorted({t for s in joined.members.values() for t in s.topics})
+        version = m.metadata_watch.next_version()
         metadata = await self.client.metadata(topics, auto_create=self.config.allow_auto_create_topics)
-        counts = {t: len(info.partitions) for t, info in metadata.topics.items() if info.partitions}
+        counts = partition_counts(metadata, topics)
         assignments = m.compute_assignments(joined.members, counts)
+        m.metadata_watch.assignment_made(version, counts)
         log.info(
             "group %s generation %d: leader assigned %d members",
             self.group_id,

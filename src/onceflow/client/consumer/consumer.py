@@ -28,6 +28,7 @@ from onceflow.client.consumer.consumer_protocol import ConsumerGroupCoordinator
 from onceflow.client.consumer.coordinator import GroupCoordinatorBase
 from onceflow.client.consumer.fetcher import Fetcher
 from onceflow.client.consumer.group import GroupMembership
+from onceflow.client.consumer.metadata_watch import partition_counts
 from onceflow.client.consumer.offset_commit import CommitFailed, RebalanceInProgress
 from onceflow.client.consumer.structs import (
     ConsumerGroupMetadata,
@@ -114,6 +115,10 @@ class AsyncConsumer:
         self._next_auto_commit = 0.0
         self._next_pattern_match = 0.0  # classic protocol: when to match the pattern against metadata again
         self._metadata_topics: frozenset[str] | None = None  # the subscription Metadata was asked for
+        # Classic protocol: the subscribed topics' metadata is refreshed every metadata.max.age.ms, in a
+        # task of its own, for the leader's check that their partitions did not change (metadata_watch).
+        self._next_metadata_refresh = 0.0
+        self._metadata_refresh: asyncio.Task | None = None
         self._poll_deadline = 0.0  # the running poll's: rebalance callbacks (and their commits) run in poll
         self._leaving: asyncio.Task | None = None  # unsubscribe's commit, callback and leave
         self._listener_error: BaseException | None = None
@@ -169,6 +174,10 @@ class AsyncConsumer:
             return
         self._closed = True
         deadline = time.monotonic() + (_CLOSE_TIMEOUT_MS if timeout_ms is None else timeout_ms) / 1000
+        refresh, self._metadata_refresh = self._metadata_refresh, None
+        if refresh is not None:
+            refresh.cancel()
+            await asyncio.gather(refresh, return_exceptions=True)
         try:
             if not await self._finish_leaving(deadline):
                 leaving, self._leaving = self._leaving, None
@@ -258,6 +267,9 @@ class AsyncConsumer:
             leave = self._leave_group(owned, positions, lost=not in_generation)
         self._subscriptions.unsubscribe()
         self._metadata_topics = None
+        if self._metadata_refresh is not None:
+            self._metadata_refresh.cancel()
+            self._metadata_refresh = None
         if self._fetcher is not None:
             self._fetcher.clear_buffers()
         if m is not None:
@@ -411,13 +423,19 @@ class AsyncConsumer:
             if self._subscriptions.mode == AUTO_TOPICS:
                 if self._subscriptions.pattern is None:
                     await self._subscription_metadata()
+                    if isinstance(self._membership, GroupMembership):
+                        self._refresh_metadata()
                 elif not isinstance(self._membership, ConsumerMembership):
                     await self._match_pattern()
                 await self._coordinator.ensure_active(deadline)
             self._coordinator.last_poll = time.monotonic()  # callbacks that ran in it count as polling
             if self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
                 self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
-                await self._commit_quietly(deadline=deadline)
+                if not await self._commit_quietly(deadline=deadline, periodic=True):
+                    # Kafka's maybeAutoCommitOffsetsAsync: a retriable failure (no coordinator yet,
+                    # one moving, no answer by poll's deadline) tries again after retry.backoff.ms,
+                    # not a whole auto.commit.interval.ms later.
+                    self._next_auto_commit = time.monotonic() + self.config.retry_backoff_ms / 1000
         if self._subscriptions.missing_positions():
             await self._update_positions(deadline)
         await self._fetcher.ensure_running()
@@ -425,12 +443,64 @@ class AsyncConsumer:
     async def _subscription_metadata(self) -> None:
         """Ask Metadata for the subscribed topics once per subscription, with allow.auto.create.topics
         (Metadata v4+'s allow_auto_topic_creation): a broker with auto.create.topics.enable creates a
-        missing one only if both allow it, as for Kafka's consumers."""
+        missing one only if both allow it, as for Kafka's consumers. The classic protocol then refreshes
+        them every metadata.max.age.ms (:meth:`_refresh_metadata`)."""
         topics = frozenset(self._subscriptions.topics)
         if topics == self._metadata_topics:
             return
-        await self._client.metadata(sorted(topics), auto_create=self.config.allow_auto_create_topics)
+        if isinstance(self._membership, GroupMembership):
+            watch = self._membership.metadata_watch
+            asked = sorted(topics | watch.topics)
+            version = watch.next_version()
+            metadata = await self._client.metadata(asked, auto_create=self.config.allow_auto_create_topics)
+            watch.update(version, partition_counts(metadata, asked))
+            self._next_metadata_refresh = time.monotonic() + self.config.metadata_max_age_ms / 1000
+        else:
+            await self._client.metadata(sorted(topics), auto_create=self.config.allow_auto_create_topics)
         self._metadata_topics = topics
+
+    def _refresh_metadata(self) -> None:
+        """Classic protocol: every metadata.max.age.ms, Metadata for the subscribed topics and, on the
+        leader, every topic of the group's, as Kafka's consumers refresh theirs. It runs in a task of its
+        own (poll does not wait for it); the answer goes to the membership's metadata watch, and if the
+        leader sees the partitions changed since it assigned, the waiting poll wakes up to rejoin."""
+        now = time.monotonic()
+        if self._metadata_refresh is not None or now < self._next_metadata_refresh:
+            return
+        self._next_metadata_refresh = now + self.config.metadata_max_age_ms / 1000
+        watch = self._membership.metadata_watch
+        topics = sorted(self._subscriptions.topics | watch.topics)
+        version = watch.next_version()
+        task = asyncio.get_running_loop().create_task(
+            self._client.metadata(topics, auto_create=self.config.allow_auto_create_topics)
+        )
+        self._metadata_refresh = task
+
+        def refreshed(task: asyncio.Task) -> None:
+            if self._metadata_refresh is task:
+                self._metadata_refresh = None
+            if task.cancelled():
+                return
+            error = task.exception()
+            if error is not None:
+                # The fetcher reports a broker outage; this only retries sooner than the next max age.
+                log.log(
+                    logging.DEBUG if isinstance(error, (KafkaError, OSError)) else logging.WARNING,
+                    "metadata refresh of the subscribed topics failed: %r",
+                    error,
+                )
+                self._next_metadata_refresh = time.monotonic() + self.config.retry_backoff_ms / 1000
+                return
+            watch.update(version, partition_counts(task.result(), topics))
+            coordinator = self._coordinator
+            if (
+                self._subscriptions.mode == AUTO_TOPICS
+                and isinstance(coordinator, GroupCoordinator)
+                and coordinator.check_metadata()
+            ):
+                coordinator.rejoin_event.set()  # the poll waiting for records rejoins now
+
+        task.add_done_callback(refreshed)
 
     def _pattern(self) -> str | None:
         pattern = self._subscriptions.pattern
@@ -443,7 +513,10 @@ class AsyncConsumer:
         if now < self._next_pattern_match:
             return
         self._next_pattern_match = now + self.config.metadata_max_age_ms / 1000
+        watch = self._membership.metadata_watch
+        version = watch.next_version()
         metadata = await self._client.metadata(None)
+        watch.update(version, partition_counts(metadata, metadata.topics.keys() | watch.topics))
         names = [name for name, info in metadata.topics.items() if not info.internal]
         if self._subscriptions.match_pattern(names):
             log.info("subscription pattern now matches %s", sorted(self._subscriptions.topics))
@@ -651,27 +724,33 @@ class AsyncConsumer:
         return asyncio.get_running_loop().create_task(run())
 
     async def _commit_quietly(
-        self, partitions: list[TopicPartition] | None = None, *, deadline: float
-    ) -> None:
+        self, partitions: list[TopicPartition] | None = None, *, deadline: float, periodic: bool = False
+    ) -> bool:
         """Auto commit: positions that moved since the last commit, retried until ``deadline``; failures
-        are logged (the records will be read again, never skipped). Nothing while a subscribed member
-        is between generations."""
+        are logged (the records will be read again, never skipped; a ``periodic`` one's retriable
+        failures at DEBUG, as Kafka's, since poll tries again within retry.backoff.ms). Nothing while a
+        subscribed member is between generations. False when it failed with a retriable error."""
         m = self._membership
         if self._coordinator is None or (
             self._subscriptions.mode == AUTO_TOPICS and m is not None and not m.active
         ):
-            return
+            return True
         positions = {
             tp: om
             for tp, om in self._current_positions(partitions).items()
             if self._last_committed.get(tp) != om[0]
         }
         if not positions:
-            return
+            return True
         try:
             await self._coordinator.commit(positions, deadline=deadline)
             self._last_committed.update({tp: o for tp, (o, _m) in positions.items()})
         except CommitFailed as exc:
             log.info("auto commit skipped: %s", exc)
         except (KafkaError, OSError) as exc:
-            log.warning("auto commit failed: %s", exc)
+            retriable = isinstance(exc, OSError) or exc.retriable
+            log.log(
+                logging.DEBUG if periodic and retriable else logging.WARNING, "auto commit failed: %s", exc
+            )
+            return not retriable
+        return True

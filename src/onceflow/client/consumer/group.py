@@ -28,6 +28,7 @@ from onceflow.client.consumer.assignors import (
     encode_assignment,
     encode_subscription,
 )
+from onceflow.client.consumer.metadata_watch import MetadataWatch
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 UNKNOWN_MEMBER_ID = ""
@@ -132,6 +133,8 @@ class GroupMembership:
         self._keep_member_id = False  # the lost generation's member id is still the coordinator's
         # (generation, member id) the last heartbeat went out as: its answer applies only to those
         self._heartbeat_sent_as: tuple[int, str] | None = None
+        # The leader's partition counts at assignment vs the latest metadata (Kafka's MetadataSnapshot).
+        self.metadata_watch = MetadataWatch()
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -178,6 +181,16 @@ class GroupMembership:
     def request_rejoin(self) -> None:
         """The subscription changed: the next poll joins again."""
         self.rejoin_needed = True
+
+    def check_metadata(self) -> bool:
+        """The metadata half of Kafka's ``rejoinNeededOrPending``: a stable member that made the last
+        assignment (the leader) and whose snapshot of the topics' partition counts no longer matches
+        the latest metadata asks for a rejoin, so the next assignment covers the change. Returns
+        whether it asked now; a follower never does (see :mod:`.metadata_watch`)."""
+        if self.state != MemberState.STABLE or self.rejoin_needed or not self.metadata_watch.changed():
+            return False
+        self.request_rejoin()
+        return True
 
     def abandon_round(self) -> None:
         """A JoinGroup/SyncGroup got no answer (connection lost): start the round again, keeping
@@ -280,12 +293,14 @@ class GroupMembership:
     def compute_assignments(
         self, members: dict[str, Subscription], partitions_per_topic: dict[str, int]
     ) -> dict[str, bytes]:
-        """The leader's job: run the chosen assignor over every member's subscription."""
+        """The leader's job: run the chosen assignor over every member's subscription (a topic counted
+        with no partitions, missing or deleted, gets nothing)."""
         if self.protocol is None:
             raise IllegalMemberTransition(
                 "no protocol chosen: compute assignments after a successful JoinGroup"
             )
-        result = self.assignor(self.protocol).assign(partitions_per_topic, members)
+        counts = {t: n for t, n in partitions_per_topic.items() if n > 0}
+        result = self.assignor(self.protocol).assign(counts, members)
         return {m: encode_assignment(Assignment(result.get(m, []))) for m in members}
 
     def sync_request(self, assignments: dict[str, bytes] | None = None) -> SyncGroupRequest:
@@ -312,6 +327,7 @@ class GroupMembership:
         assigned = decode_assignment(response.assignment).partitions
         self._move("synced")
         self.rejoin_needed = False
+        self.metadata_watch.joined(is_leader=self.member_id == self.leader_id)
         previous = set(self.owned)
         current = set(assigned)
         if self.protocol_is_eager:
