@@ -124,6 +124,33 @@ class Topic:
         }
 
 
+class DataDirDamaged(Exception):
+    """A file of the data dir that the broker wrote itself cannot be read back."""
+
+
+def _read_topics_file(path: Path) -> list[tuple[str, uuid.UUID, dict[str, str], bool, int]]:
+    """The topics listed in ``topics.json``: (name, id, config overrides, internal, partition count).
+    It is always written whole (temp file, rename), so a file that does not read back was damaged
+    from outside: refuse to start rather than guess which topics there were."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return [
+            (
+                str(entry["name"]),
+                uuid.UUID(entry["id"]),
+                {str(k): str(v) for k, v in entry.get("configs", {}).items()},
+                bool(entry.get("internal", False)),
+                int(entry["partitions"]),
+            )
+            for entry in doc.get("topics", [])
+        ]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DataDirDamaged(
+            f"{path} cannot be read ({type(exc).__name__}: {exc}); the broker's list of topics is damaged. "
+            "Restore it from a backup, or move the data dir aside to start an empty broker."
+        ) from exc
+
+
 def _write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -170,15 +197,12 @@ class TopicManager:
         path = self.data_dir / TOPICS_FILE
         if not path.exists():
             return
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        for entry in doc.get("topics", []):
-            topic = Topic(
-                name=entry["name"],
-                topic_id=uuid.UUID(entry["id"]),
-                configs=dict(entry.get("configs", {})),
-                internal=bool(entry.get("internal", False)),
-            )
-            for index in range(int(entry["partitions"])):
+        for name, topic_id, configs, internal, partitions in _read_topics_file(path):
+            topic = Topic(name=name, topic_id=topic_id, configs=configs, internal=internal)
+            for index in range(partitions):
+                directory = self._partition_dir(name, index)
+                if not directory.exists():
+                    log.warning("%s: no directory for partition %s-%d; it starts empty", path, name, index)
                 topic.partitions.append(self._open_partition(topic, index))
             self._register(topic)
         log.info("loaded %d topics from %s", len(self._topics), path)
@@ -187,12 +211,20 @@ class TopicManager:
         path = self.data_dir / META_FILE
         if path.exists():
             props = {}
-            for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, ValueError) as exc:
+                raise DataDirDamaged(
+                    f"{path} cannot be read ({exc}): the data dir's identity is damaged"
+                ) from exc
+            for line in text.splitlines():
                 if "=" in line and not line.startswith("#"):
                     key, value = line.split("=", 1)
                     props[key.strip()] = value.strip()
-            if "cluster.id" in props:
-                return props["cluster.id"]
+            if not props.get("cluster.id"):
+                # Kafka refuses such a log dir too: a new id would make clients see another cluster.
+                raise DataDirDamaged(f"{path} has no cluster.id: the data dir's identity is damaged")
+            return props["cluster.id"]
         cluster_id = _new_cluster_id()
         _write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
         return cluster_id
