@@ -75,3 +75,12 @@ def test_serve_on_a_data_dir_in_use_says_so_and_exits_1(tmp_path):
     assert result.exit_code == 1
     assert "is in use by another onceflow broker" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_data_dir_that_cannot_be_made_is_reported_as_such_not_as_a_listen_failure(tmp_path):
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("not a directory")
+    result = CliRunner().invoke(cli, ["serve", "--port", "0", "--data-dir", str(in_the_way / "data")])
+    assert result.exit_code == 1
+    assert f"cannot use {in_the_way / 'data'} as the data dir: Not a directory" in result.output
+    assert "cannot serve on" not in result.output

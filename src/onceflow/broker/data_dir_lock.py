@@ -17,8 +17,16 @@ from pathlib import Path
 LOCK_FILE = ".lock"
 
 
-class DataDirInUse(RuntimeError):
+class DataDirError(Exception):
+    """The data dir cannot be used; the message says why (``onceflow serve`` prints it as it is)."""
+
+
+class DataDirInUse(DataDirError):
     """Another broker holds the data dir."""
+
+
+class DataDirUnusable(DataDirError):
+    """The data dir cannot be created or opened (a file in the way, a read-only place, ...)."""
 
 
 class DataDirLock:
@@ -36,9 +44,12 @@ class DataDirLock:
 
 def lock_data_dir(data_dir: Path) -> DataDirLock:
     """Create ``data_dir`` if needed and lock it; raises :class:`DataDirInUse` if another broker has it."""
-    data_dir.mkdir(parents=True, exist_ok=True)
     path = data_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise DataDirUnusable(f"cannot use {data_dir} as the data dir: {exc.strerror or exc}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from onceflow.broker.data_dir_lock import DataDirError
 from onceflow.protocol.errors import (
     InvalidPartitions,
     InvalidTopic,
@@ -124,7 +125,7 @@ class Topic:
         }
 
 
-class DataDirDamaged(Exception):
+class DataDirDamaged(DataDirError):
     """A file of the data dir that the broker wrote itself cannot be read back."""
 
 

@@ -95,12 +95,11 @@ def serve(host, port, data_dir, faults, configs, dev, verbose):
         from onceflow.broker.server import run
     except ImportError as exc:
         raise click.ClickException(f"the broker is not available in this build: {exc}")
-    from onceflow.broker.data_dir_lock import DataDirInUse
-    from onceflow.broker.topics import DataDirDamaged
+    from onceflow.broker.data_dir_lock import DataDirError
 
     try:
         run(config)
-    except (DataDirInUse, DataDirDamaged) as exc:
+    except DataDirError as exc:
         raise click.ClickException(str(exc))
     except ValueError as exc:  # e.g. an unknown fault point name
         raise click.BadParameter(str(exc), param_hint="--fault/--config")
