@@ -81,6 +81,7 @@ class ProducerNetwork:
 
     async def wait_for_topic(self, topic: str, deadline: float) -> int:
         """The partition count of ``topic``, refreshing metadata until ``deadline`` (max.block.ms).
+        A Metadata request that fails retriably (a lost connection, a request timeout) is sent again.
         At the deadline raises the topic's error in the last answer, or REQUEST_TIMED_OUT if that is
         retriable (the topic does not exist, has no leader yet) or no answer came; raises
         :class:`ProducerClosedError` if the producer is closed meanwhile."""
@@ -92,7 +93,10 @@ class ProducerNetwork:
                 raise ProducerClosedError(f"producer closed while waiting for the metadata of {topic!r}")
             try:
                 await self.refresh([topic, *self.partition_counts])
-            except BrokerConnectionError as exc:
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                # The connection failed, or the request timed out (which closed it): ask again.
                 log.debug("metadata for %s failed: %s", topic, exc)
             count = self.partition_counts.get(topic)
             if count is not None:
