@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from onceflow.client.producer.network import ProducerNetwork
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.errors import ErrorCode, InvalidTopic, KafkaError, TopicAuthorizationFailed
 
 TOPIC = "t"
 
@@ -51,3 +53,31 @@ def test_a_timed_out_metadata_request_is_sent_again():
     network, calls = scripted_network([timed_out, 3])
     assert wait(network) == 3
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("code", "error_class"),
+    [
+        (ErrorCode.INVALID_TOPIC_EXCEPTION, InvalidTopic),
+        (ErrorCode.TOPIC_AUTHORIZATION_FAILED, TopicAuthorizationFailed),
+    ],
+)
+def test_an_invalid_or_unauthorized_topic_ends_the_wait_at_once(code, error_class):
+    """Kafka's Metadata.maybeThrowExceptionForTopic: no wait cures these, so max.block.ms is not spent.
+    Retriable answers before it (the topic being created, no leader yet) keep the wait going."""
+    retriable = [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE]
+    network, calls = scripted_network([*retriable, code, 3])
+    with pytest.raises(error_class) as failed:
+        wait(network, max_block_s=3600)
+    assert failed.value.code == code
+    assert "'t'" in str(failed.value)
+    assert len(calls) == 3
+
+
+def test_a_topic_known_to_be_invalid_fails_without_asking_again():
+    """As Kafka's waitOnMetadata checks the cluster's invalid topics first: a name does not become valid."""
+    network, calls = scripted_network([ErrorCode.INVALID_TOPIC_EXCEPTION])
+    network.topic_errors[TOPIC] = ErrorCode.INVALID_TOPIC_EXCEPTION  # from an earlier answer
+    with pytest.raises(InvalidTopic):
+        wait(network)
+    assert calls == []
