@@ -20,12 +20,20 @@ ADVERTISED = {18: (0, 2), 3: (0, 9)}
 class ScriptedBroker:
     """Answers ApiVersions; holds Metadata requests until ``hold`` of them arrived, then answers them
     in reverse order (so correlation ids, not arrival order, must match them up). The first ``ignore``
-    Metadata requests (over all connections) are never answered: a broker that stopped answering."""
+    Metadata requests (over all connections) are never answered: a broker that stopped answering.
+    With a ``gate``, ApiVersions is answered only once the gate is set (a connection still opening)."""
 
-    def __init__(self, hold: int = 1, close_on_metadata: bool = False, ignore: int = 0) -> None:
+    def __init__(
+        self,
+        hold: int = 1,
+        close_on_metadata: bool = False,
+        ignore: int = 0,
+        gate: asyncio.Event | None = None,
+    ) -> None:
         self.hold = hold
         self.close_on_metadata = close_on_metadata
         self.ignore = ignore
+        self.gate = gate
         self.seen: list[tuple[int, int]] = []  # (api_key, api_version) of each request
         self.connections = 0  # accepted so far
         self.disconnects = 0  # connections the client closed
@@ -53,6 +61,8 @@ class ScriptedBroker:
                 api_key, version, correlation_id = apis.peek_request_header(frame)
                 self.seen.append((api_key, version))
                 if api_key == 18:
+                    if self.gate is not None:
+                        await self.gate.wait()
                     writer.write(self._api_versions(version, correlation_id))
                 elif api_key == 3 and self.close_on_metadata:
                     return  # the connection dies with the request unanswered
@@ -180,6 +190,48 @@ def test_a_connection_the_broker_closed_lets_go_of_its_socket_without_close():
                 await conn.close()
 
     run(scenario())
+
+
+def test_a_closed_client_refuses_requests_and_opens_nothing():
+    async def scenario():
+        async with ScriptedBroker() as broker:
+            client = AsyncClient(f"127.0.0.1:{broker.port}")
+            await client.metadata()
+            await client.close()
+            assert client.closed
+            with pytest.raises(BrokerConnectionError, match="the client is closed"):
+                await client.metadata()
+            with pytest.raises(BrokerConnectionError, match="the client is closed"):
+                await client.any_connection()
+            return client, broker.connections
+
+    client, connections = run(scenario())
+    assert connections == 1
+    assert client.connections() == []
+
+
+def test_a_connection_opening_while_the_client_closes_is_closed_and_the_request_fails():
+    """A request racing close() (e.g. a metadata refresh) must not leave a connection nobody closes."""
+
+    async def scenario():
+        gate = asyncio.Event()
+        async with ScriptedBroker(gate=gate) as broker:
+            client = AsyncClient(f"127.0.0.1:{broker.port}")
+            racing = asyncio.create_task(client.metadata())
+            while not broker.seen:  # connected; ApiVersions waits at the gate
+                await asyncio.sleep(0.01)
+            await client.close()
+            gate.set()
+            with pytest.raises(BrokerConnectionError, match="the client is closed"):
+                await racing
+            while broker.disconnects < 1:  # the connection it opened is closed
+                await asyncio.sleep(0.01)
+            return client, broker
+
+    client, broker = run(scenario())
+    assert broker.connections == 1
+    assert {key for key, _version in broker.seen} == {18}  # ApiVersions only: no Metadata went out
+    assert client.connections() == []
 
 
 class _RecordingTransport:
