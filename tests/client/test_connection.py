@@ -7,6 +7,7 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from onceflow.client.async_client import AsyncClient
 from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.producer.produce_wire import PartitionResult, ProduceRequestFrame
 from onceflow.protocol import apis
@@ -18,12 +19,24 @@ ADVERTISED = {18: (0, 2), 3: (0, 9)}
 
 class ScriptedBroker:
     """Answers ApiVersions; holds Metadata requests until ``hold`` of them arrived, then answers them
-    in reverse order (so correlation ids, not arrival order, must match them up)."""
+    in reverse order (so correlation ids, not arrival order, must match them up). The first ``ignore``
+    Metadata requests (over all connections) are never answered: a broker that stopped answering.
+    With a ``gate``, ApiVersions is answered only once the gate is set (a connection still opening)."""
 
-    def __init__(self, hold: int = 1, close_on_metadata: bool = False) -> None:
+    def __init__(
+        self,
+        hold: int = 1,
+        close_on_metadata: bool = False,
+        ignore: int = 0,
+        gate: asyncio.Event | None = None,
+    ) -> None:
         self.hold = hold
         self.close_on_metadata = close_on_metadata
+        self.ignore = ignore
+        self.gate = gate
         self.seen: list[tuple[int, int]] = []  # (api_key, api_version) of each request
+        self.connections = 0  # accepted so far
+        self.disconnects = 0  # connections the client closed
         self.server: asyncio.Server | None = None
 
     async def __aenter__(self):
@@ -40,6 +53,7 @@ class ScriptedBroker:
 
     async def _serve(self, reader, writer):
         held = []
+        self.connections += 1
         try:
             while True:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
@@ -47,9 +61,13 @@ class ScriptedBroker:
                 api_key, version, correlation_id = apis.peek_request_header(frame)
                 self.seen.append((api_key, version))
                 if api_key == 18:
+                    if self.gate is not None:
+                        await self.gate.wait()
                     writer.write(self._api_versions(version, correlation_id))
                 elif api_key == 3 and self.close_on_metadata:
                     return  # the connection dies with the request unanswered
+                elif api_key == 3 and self.ignore:
+                    self.ignore -= 1  # never answered
                 elif api_key == 3:
                     held.append((correlation_id, version))
                     if len(held) == self.hold:
@@ -64,8 +82,8 @@ class ScriptedBroker:
                             writer.write(apis.encode_response(response, cid, v))
                         held.clear()
                 await writer.drain()
-        except asyncio.IncompleteReadError:
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.disconnects += 1
         finally:
             writer.close()
 
@@ -174,11 +192,62 @@ def test_a_connection_the_broker_closed_lets_go_of_its_socket_without_close():
     run(scenario())
 
 
+def test_a_closed_client_refuses_requests_and_opens_nothing():
+    async def scenario():
+        async with ScriptedBroker() as broker:
+            client = AsyncClient(f"127.0.0.1:{broker.port}")
+            await client.metadata()
+            await client.close()
+            assert client.closed
+            with pytest.raises(BrokerConnectionError, match="the client is closed"):
+                await client.metadata()
+            with pytest.raises(BrokerConnectionError, match="the client is closed"):
+                await client.any_connection()
+            return client, broker.connections
+
+    client, connections = run(scenario())
+    assert connections == 1
+    assert client.connections() == []
+
+
+def test_a_connection_opening_while_the_client_closes_is_closed_and_the_request_fails():
+    """A request racing close() (e.g. a metadata refresh) must not leave a connection nobody closes."""
+
+    async def scenario():
+        gate = asyncio.Event()
+        async with ScriptedBroker(gate=gate) as broker:
+            client = AsyncClient(f"127.0.0.1:{broker.port}")
+            racing = asyncio.create_task(client.metadata())
+            while not broker.seen:  # connected; ApiVersions waits at the gate
+                await asyncio.sleep(0.01)
+            await client.close()
+            gate.set()
+            with pytest.raises(BrokerConnectionError, match="the client is closed"):
+                await racing
+            while broker.disconnects < 1:  # the connection it opened is closed
+                await asyncio.sleep(0.01)
+            return client, broker
+
+    client, broker = run(scenario())
+    assert broker.connections == 1
+    assert {key for key, _version in broker.seen} == {18}  # ApiVersions only: no Metadata went out
+    assert client.connections() == []
+
+
+class _RecordingTransport:
+    def __init__(self) -> None:
+        self.aborted = False
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
 class _RecordingWriter:
     """Enough of a StreamWriter for a Connection whose reader the test feeds by hand."""
 
     def __init__(self) -> None:
         self.frames: list[bytes] = []
+        self.transport = _RecordingTransport()
 
     def write(self, data: bytes) -> None:
         self.frames.append(bytes(data))
@@ -223,7 +292,11 @@ def test_cancel_as_the_response_arrives_still_cancels_send():
     run(scenario())
 
 
-def test_unanswered_request_times_out_with_request_timed_out_and_is_forgotten():
+def test_unanswered_request_times_out_with_request_timed_out_and_closes_the_connection():
+    """Kafka's NetworkClient disconnects a node whose request timed out: the request fails with
+    REQUEST_TIMED_OUT, the transport is aborted, and nothing more goes on this connection (a late
+    answer would have nowhere to go; the caller opens a new connection)."""
+
     async def scenario():
         reader = asyncio.StreamReader()
         writer = _RecordingWriter()
@@ -232,23 +305,67 @@ def test_unanswered_request_times_out_with_request_timed_out_and_is_forgotten():
             with pytest.raises(KafkaError) as info:
                 await conn.send(MetadataRequest(topics=None), version=9)
             assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
+            assert "timed out" in str(info.value)
             assert conn._pending == {}
-            # A late answer to the forgotten request is dropped; the connection still works.
-            _key, _version, late_id = apis.peek_request_header(writer.frames[0][4:])
-            empty = MetadataResponse(
-                throttle_time_ms=0, brokers=[], cluster_id="c", controller_id=0, topics=[]
-            )
-            reader.feed_data(bytes(apis.encode_response(empty, late_id, 9)))
-            task = asyncio.create_task(conn.send(MetadataRequest(topics=None), version=9))
-            while len(writer.frames) < 2:
-                await asyncio.sleep(0)
-            _key, _version, correlation_id = apis.peek_request_header(writer.frames[1][4:])
-            reader.feed_data(bytes(apis.encode_response(empty, correlation_id, 9)))
-            assert (await task).cluster_id == "c"
+            assert conn.closed
+            assert writer.transport.aborted
+            with pytest.raises(BrokerConnectionError, match="is closed: MetadataRequest v9 got no answer"):
+                await conn.send(MetadataRequest(topics=None), version=9)
+            assert len(writer.frames) == 1  # the second request was never written
         finally:
             await conn.close()
 
     run(scenario())
+
+
+def test_a_timeout_fails_the_other_pending_requests_with_a_connection_error():
+    """Every request in flight on the connection fails when one times out, not only the one that
+    did: they fail as disconnected (BrokerConnectionError), so their callers retry elsewhere."""
+
+    async def scenario():
+        async with ScriptedBroker(ignore=2) as broker:
+            conn = await Connection.open("127.0.0.1", broker.port, request_timeout_s=0.2)
+            try:
+                first = asyncio.create_task(conn.send(MetadataRequest(topics=None)))
+                while len(broker.seen) < 3:  # ApiVersions twice, then the Metadata request
+                    await asyncio.sleep(0.01)
+                conn.request_timeout_s = 30.0  # the second one has a long way to its own timeout
+                second = asyncio.create_task(conn.send(MetadataRequest(topics=None)))
+                with pytest.raises(KafkaError) as timed_out:
+                    await first
+                with pytest.raises(BrokerConnectionError, match="lost connection") as disconnected:
+                    await second
+                assert conn.closed
+                while broker.disconnects < 1:  # the broker sees the connection go
+                    await asyncio.sleep(0.01)
+            finally:
+                await conn.close()
+            return timed_out.value, disconnected.value
+
+    timed_out, disconnected = run(scenario())
+    assert timed_out.code == ErrorCode.REQUEST_TIMED_OUT
+    assert not isinstance(timed_out, BrokerConnectionError)
+    assert disconnected.code == ErrorCode.NETWORK_EXCEPTION
+    assert "MetadataRequest v9 got no answer within the request timeout (0.2s)" in str(disconnected)
+
+
+def test_after_a_timeout_the_client_opens_a_new_connection_for_the_next_request():
+    async def scenario():
+        async with ScriptedBroker(ignore=1) as broker:
+            async with AsyncClient(f"127.0.0.1:{broker.port}", request_timeout_s=0.2) as client:
+                stale = await client.any_connection()
+                with pytest.raises(KafkaError) as info:
+                    await client.metadata()
+                assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
+                assert stale.closed
+                metadata = await client.metadata()  # answered, on a connection of its own
+                fresh = await client.any_connection()
+                assert fresh is not stale and not fresh.closed
+            return metadata, broker.connections
+
+    metadata, connections = run(scenario())
+    assert metadata.cluster_id.startswith("cid-")
+    assert connections == 2
 
 
 def test_a_late_answer_to_an_abandoned_request_is_dropped_quietly_and_a_stranger_is_reported(caplog):

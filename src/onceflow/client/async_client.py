@@ -121,6 +121,7 @@ class AsyncClient:
         self.request_timeout_s = request_timeout_s
         self._connections: dict[tuple[str, int], Connection] = {}
         self._metadata: ClusterMetadata | None = None
+        self._closed = False
 
     async def __aenter__(self) -> AsyncClient:
         await self.any_connection()
@@ -129,11 +130,23 @@ class AsyncClient:
     async def __aexit__(self, *exc_info) -> None:
         await self.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def close(self) -> None:
+        """Close every connection. A request after this (or one still connecting, e.g. a metadata
+        refresh racing the close) raises :class:`BrokerConnectionError` and opens nothing."""
+        self._closed = True
         connections, self._connections = self._connections, {}
         await asyncio.gather(*(c.close() for c in connections.values()), return_exceptions=True)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerConnectionError("the client is closed")
+
     async def _connection(self, address: tuple[str, int]) -> Connection:
+        self._check_open()
         conn = self._connections.get(address)
         if conn is not None and not conn.closed:
             return conn
@@ -141,9 +154,13 @@ class AsyncClient:
             # A failed connection has let go of its socket already; this also reaps its read loop.
             del self._connections[address]
             await conn.close()
+            self._check_open()
         conn = await Connection.open(
             *address, client_id=self.client_id, request_timeout_s=self.request_timeout_s
         )
+        if self._closed:
+            await conn.close()  # closed while we connected: close() did not see this one
+            self._check_open()
         current = self._connections.get(address)
         if current is not None and not current.closed:
             # Another caller connected while we did: one connection per broker, ours goes.
@@ -158,6 +175,7 @@ class AsyncClient:
 
     async def any_connection(self) -> Connection:
         """A connection to some bootstrap server, trying each in turn."""
+        self._check_open()
         for conn in self._connections.values():
             if not conn.closed:
                 return conn
@@ -166,6 +184,8 @@ class AsyncClient:
             try:
                 return await self._connection(address)
             except BrokerConnectionError as exc:
+                if self._closed:
+                    raise
                 errors.append(str(exc))
         raise BrokerConnectionError("; ".join(errors))
 

@@ -5,6 +5,12 @@ so many can be in flight on one socket (Kafka answers in order per connection; w
 On open, ApiVersions tells us what the broker speaks; every later request goes out at the highest
 version both sides support, capped by :data:`CLIENT_MAX_VERSIONS` where our code fills the fields of
 older versions only (e.g. Fetch v13+ names topics by id).
+
+A request unanswered within the request timeout fails with REQUEST_TIMED_OUT and closes the
+connection, as Kafka's NetworkClient does (``handleTimedOutRequests``): a broker that stopped
+answering, or a half-open TCP connection, would otherwise be reused for ever, each request timing
+out in turn. The connection's other pending requests fail with :class:`BrokerConnectionError`, and
+whoever holds the connection opens a new one for the next request.
 """
 
 from __future__ import annotations
@@ -61,7 +67,8 @@ class Connection:
         self._correlation_ids = itertools.count(1)
         # correlation id -> (future, decode(frame) -> response, what was asked, timeout timer)
         self._pending: dict[int, tuple[asyncio.Future, Callable, str, asyncio.TimerHandle]] = {}
-        # Requests given up on (cancelled, timed out): their late answers are dropped quietly.
+        # Requests their callers gave up on (cancelled): their late answers are dropped quietly. A
+        # request that timed out closed the connection instead, so no answer comes after it.
         self._abandoned: set[int] = set()
         self._broker_versions: dict[int, tuple[int, int]] = {}
         self.finalized_features: dict[str, int] = {}
@@ -184,7 +191,8 @@ class Connection:
     def submit_frame(self, request) -> asyncio.Future:
         """Write ``request`` (an object as for :meth:`send_frame`) now and return a future of its
         decoded answer; None once written if it expects no answer (acks=0); or the error
-        (:class:`BrokerConnectionError`, REQUEST_TIMED_OUT after the request timeout).
+        (:class:`BrokerConnectionError`, REQUEST_TIMED_OUT after the request timeout, which closes
+        the connection and fails the other pending requests with BrokerConnectionError).
 
         For the producer's sender, which handles answers in callbacks rather than with a task per
         request. Each request is its own write: joining the requests of one sender pass into one
@@ -220,12 +228,13 @@ class Connection:
 
     def _register(self, loop, correlation_id: int, decode: Callable, what: str) -> asyncio.Future:
         """A future for the answer to ``correlation_id``, failed with REQUEST_TIMED_OUT if none comes
-        within the request timeout. A timer on the future, not wait_for (3.11's can return the
-        response and lose a task.cancel() landing in the same loop iteration; a consumer stopping its
-        fetch loop hung on that) nor asyncio.timeout (~6% of the producer's CPU at thousands of
-        requests per second)."""
+        within the request timeout (which closes the connection, see :meth:`_time_out`). A timer on
+        the future, not wait_for (3.11's can return the response and lose a task.cancel() landing in
+        the same loop iteration; a consumer stopping its fetch loop hung on that) nor asyncio.timeout
+        (~6% of the producer's CPU at thousands of requests per second)."""
         future = loop.create_future()
-        timer = loop.call_later(self.request_timeout_s, self._time_out, correlation_id)
+        timeout = self.request_timeout_s
+        timer = loop.call_later(timeout, self._time_out, correlation_id, timeout)
         self._pending[correlation_id] = (future, decode, what, timer)
         return future
 
@@ -255,18 +264,34 @@ class Connection:
             entry[3].cancel()
             self._abandoned.add(correlation_id)
 
-    def _time_out(self, correlation_id: int) -> None:
+    def _time_out(self, correlation_id: int, timeout: float) -> None:
+        """No answer to ``correlation_id`` within ``timeout``: Kafka's rule (NetworkClient's
+        handleTimedOutRequests) is to disconnect, whatever else is in flight. The request fails with
+        REQUEST_TIMED_OUT and the others with :class:`BrokerConnectionError`, both retriable (Kafka
+        completes them all as disconnected by a timeout: its consumer raises DisconnectException,
+        its producer retries them as REQUEST_TIMED_OUT). The transport is aborted, not flushed: the
+        socket may be half open."""
         entry = self._pending.pop(correlation_id, None)
-        if entry is not None:
-            self._abandoned.add(correlation_id)
-        if entry is not None and not entry[0].done():
-            what = entry[2].split()[0]
-            entry[0].set_exception(
+        if entry is None:
+            return
+        future, _decode, what, _timer = entry
+        reason = f"{what} got no answer within the request timeout ({timeout}s)"
+        if not future.done():
+            future.set_exception(
                 KafkaError(
-                    f"{what} to {self.host}:{self.port} timed out after {self.request_timeout_s}s",
+                    f"{what.split()[0]} to {self.host}:{self.port} timed out after {timeout}s; "
+                    "the connection was closed",
                     ErrorCode.REQUEST_TIMED_OUT,
                 )
             )
+        log.info(
+            "disconnecting from %s:%d: %s (%d more requests in flight fail)",
+            self.host,
+            self.port,
+            reason,
+            len(self._pending),
+        )
+        self._fail(TimeoutError(reason))
 
     async def _read_loop(self) -> None:
         try:
@@ -274,6 +299,8 @@ class Connection:
                 size_bytes = await self._reader.readexactly(4)
                 (size,) = _SIZE.unpack(size_bytes)
                 frame = await self._reader.readexactly(size)
+                if self._closed_error is not None:
+                    return  # failed meanwhile (a request timed out): its requests have failed already
                 (correlation_id,) = _CORRELATION.unpack_from(frame, 0)
                 entry = self._pending.pop(correlation_id, None)
                 if entry is None:

@@ -207,6 +207,7 @@ UnknownTopicOrPartition = _error_class("UnknownTopicOrPartition", ErrorCode.UNKN
 MessageTooLarge = _error_class("MessageTooLarge", ErrorCode.MESSAGE_TOO_LARGE)
 RecordListTooLarge = _error_class("RecordListTooLarge", ErrorCode.RECORD_LIST_TOO_LARGE)
 InvalidTopic = _error_class("InvalidTopic", ErrorCode.INVALID_TOPIC_EXCEPTION)
+TopicAuthorizationFailed = _error_class("TopicAuthorizationFailed", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 InvalidRecord = _error_class("InvalidRecord", ErrorCode.INVALID_RECORD)
 InvalidTimestamp = _error_class("InvalidTimestamp", ErrorCode.INVALID_TIMESTAMP)
 UnsupportedForMessageFormat = _error_class(

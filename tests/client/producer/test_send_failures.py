@@ -26,7 +26,7 @@ from onceflow.client.producer import (
     TransactionAbortableError,
 )
 from onceflow.client.producer.errors import ProducerClosedError
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.errors import ErrorCode, InvalidTopic, KafkaError
 
 MAX_BLOCK_MS = 300
 
@@ -91,6 +91,34 @@ def test_a_metadata_timeout_fails_the_future_and_the_callback_not_send(broker, t
     assert many_error.code == ErrorCode.REQUEST_TIMED_OUT
     assert written.offset == 0
     assert [m.value() for m in read_back(broker.bootstrap, topic, 1)] == [b"after"]
+
+
+def test_an_invalid_topic_fails_the_future_at_once_not_after_max_block_ms(broker, topic):
+    """Kafka's waitOnMetadata throws InvalidTopicException as soon as a Metadata answer calls the topic
+    invalid (Metadata.maybeThrowExceptionForTopic), and doSend fails the future with it: no wait makes
+    the name valid, so max.block.ms is not spent."""
+
+    async def scenario():
+        producer = AsyncProducer({"bootstrap.servers": broker.bootstrap, "max.block.ms": 3_600_000})
+        try:
+            async with asyncio.timeout(60):  # far below max.block.ms: a send that waits it out ends here
+                future = await producer.send("bad/name", b"v")
+                assert future.done()
+                with pytest.raises(InvalidTopic) as failed:
+                    await future
+                (many,) = await producer.send_many("bad/name", [b"a", b"b"])
+                assert many.done()
+                with pytest.raises(InvalidTopic):
+                    await many
+            written = await (await producer.send(topic, b"after", partition=0))  # the producer goes on
+        finally:
+            await producer.close()
+        return failed.value, written
+
+    error, written = asyncio.run(scenario())
+    assert error.code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert "'bad/name'" in str(error)
+    assert written.offset == 0
 
 
 def test_the_blocking_producer_calls_back_in_the_caller_thread(broker):

@@ -19,7 +19,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 from onceflow.client.async_client import AsyncClient, finalized_feature_level
 from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.producer.errors import COORDINATOR_CODES, ProducerClosedError
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.errors import ErrorCode, InvalidTopic, KafkaError, TopicAuthorizationFailed
 from onceflow.protocol.transaction_versions import TRANSACTION_VERSION_FEATURE
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,14 @@ log = logging.getLogger(__name__)
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 FIND_COORDINATOR_MAX_VERSION = 3  # v4+ batches keys; one key per call is all we need
+
+# Topic errors of a Metadata answer that waiting does not cure: send() fails with them at once instead
+# of waiting max.block.ms (Kafka's Metadata.maybeThrowExceptionForTopic: invalid and unauthorized
+# topics). Other errors (UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, ...) keep it waiting.
+_TOPIC_ERRORS_AT_ONCE = {
+    ErrorCode.INVALID_TOPIC_EXCEPTION: InvalidTopic,
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: TopicAuthorizationFailed,
+}
 
 
 class ProducerNetwork:
@@ -81,19 +89,29 @@ class ProducerNetwork:
 
     async def wait_for_topic(self, topic: str, deadline: float) -> int:
         """The partition count of ``topic``, refreshing metadata until ``deadline`` (max.block.ms).
-        At the deadline raises the topic's error in the last answer, or REQUEST_TIMED_OUT if that is
-        retriable (the topic does not exist, has no leader yet) or no answer came; raises
-        :class:`ProducerClosedError` if the producer is closed meanwhile."""
+        A Metadata request that fails retriably (a lost connection, a request timeout) is sent again.
+        Raises at once :class:`InvalidTopic` or :class:`TopicAuthorizationFailed` when the broker
+        answers so for the topic (an invalid name is known from an earlier answer without asking
+        again, as in Kafka's ``waitOnMetadata``); at the deadline the topic's error in the last
+        answer, or REQUEST_TIMED_OUT if that is retriable (the topic does not exist, has no leader
+        yet) or no answer came; :class:`ProducerClosedError` if the producer is closed meanwhile."""
         while True:
             count = self.partition_counts.get(topic)
             if count is not None:
                 return count
             if self.closed:
                 raise ProducerClosedError(f"producer closed while waiting for the metadata of {topic!r}")
+            if self.topic_errors.get(topic) == ErrorCode.INVALID_TOPIC_EXCEPTION:
+                self._raise_topic_error(topic)  # a name does not become valid
             try:
                 await self.refresh([topic, *self.partition_counts])
-            except BrokerConnectionError as exc:
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                # The connection failed, or the request timed out (which closed it): ask again.
                 log.debug("metadata for %s failed: %s", topic, exc)
+            else:
+                self._raise_topic_error(topic)
             count = self.partition_counts.get(topic)
             if count is not None:
                 return count
@@ -104,6 +122,13 @@ class ProducerNetwork:
                     ErrorCode.REQUEST_TIMED_OUT if error.retriable else error,
                 )
             await asyncio.sleep(self.retry_backoff_s)
+
+    def _raise_topic_error(self, topic: str) -> None:
+        """Raise the topic's error if it is one that no wait cures (see ``_TOPIC_ERRORS_AT_ONCE``)."""
+        code = self.topic_errors.get(topic)
+        error_class = _TOPIC_ERRORS_AT_ONCE.get(code)
+        if error_class is not None:
+            raise error_class(f"cannot send to topic {topic!r}: the broker answered {code.name}")
 
     # -- connections --------------------------------------------------------------------------------
 
