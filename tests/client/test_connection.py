@@ -7,6 +7,7 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from onceflow.client.admin import AsyncAdminClient
 from onceflow.client.async_client import AsyncClient
 from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.producer.produce_wire import PartitionResult, ProduceRequestFrame
@@ -21,7 +22,9 @@ class ScriptedBroker:
     """Answers ApiVersions; holds Metadata requests until ``hold`` of them arrived, then answers them
     in reverse order (so correlation ids, not arrival order, must match them up). The first ``ignore``
     Metadata requests (over all connections) are never answered: a broker that stopped answering.
-    With a ``gate``, ApiVersions is answered only once the gate is set (a connection still opening)."""
+    With a ``gate``, ApiVersions is answered only once the gate is set (a connection still opening),
+    on the connections after the first ``gate_after``. With ``advertise`` its Metadata answers name it
+    as broker 0 (so a client connects to it again by that address)."""
 
     def __init__(
         self,
@@ -29,11 +32,15 @@ class ScriptedBroker:
         close_on_metadata: bool = False,
         ignore: int = 0,
         gate: asyncio.Event | None = None,
+        gate_after: int = 0,
+        advertise: bool = False,
     ) -> None:
         self.hold = hold
         self.close_on_metadata = close_on_metadata
         self.ignore = ignore
         self.gate = gate
+        self.gate_after = gate_after
+        self.advertise = advertise
         self.seen: list[tuple[int, int]] = []  # (api_key, api_version) of each request
         self.connections = 0  # accepted so far
         self.disconnects = 0  # connections the client closed
@@ -54,6 +61,7 @@ class ScriptedBroker:
     async def _serve(self, reader, writer):
         held = []
         self.connections += 1
+        number = self.connections
         try:
             while True:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
@@ -61,7 +69,7 @@ class ScriptedBroker:
                 api_key, version, correlation_id = apis.peek_request_header(frame)
                 self.seen.append((api_key, version))
                 if api_key == 18:
-                    if self.gate is not None:
+                    if self.gate is not None and number > self.gate_after:
                         await self.gate.wait()
                     writer.write(self._api_versions(version, correlation_id))
                 elif api_key == 3 and self.close_on_metadata:
@@ -74,7 +82,13 @@ class ScriptedBroker:
                         for cid, v in reversed(held):
                             response = MetadataResponse(
                                 throttle_time_ms=0,
-                                brokers=[],
+                                brokers=[
+                                    MetadataResponse.MetadataResponseBroker(
+                                        node_id=0, host="127.0.0.1", port=self.port, rack=None
+                                    )
+                                ]
+                                if self.advertise
+                                else [],
                                 cluster_id=f"cid-{cid}",
                                 controller_id=0,
                                 topics=[],
@@ -232,6 +246,55 @@ def test_a_connection_opening_while_the_client_closes_is_closed_and_the_request_
     assert broker.connections == 1
     assert {key for key, _version in broker.seen} == {18}  # ApiVersions only: no Metadata went out
     assert client.connections() == []
+
+
+def test_a_closed_admin_client_refuses_calls_and_opens_nothing():
+    """The admin client's own connections (to leaders and coordinators) follow its closed state."""
+
+    async def scenario():
+        async with ScriptedBroker(advertise=True) as broker:
+            admin = AsyncAdminClient(f"127.0.0.1:{broker.port}")
+            await admin.describe_topics()
+            await admin.close()
+            assert admin.closed
+            with pytest.raises(BrokerConnectionError, match="client is closed"):
+                await admin.list_groups()
+            # A call that got past its metadata before close() connects to the leader here.
+            with pytest.raises(BrokerConnectionError, match="admin client is closed"):
+                await admin._conn_to("127.0.0.1", broker.port)
+            return admin, broker.connections
+
+    admin, connections = run(scenario())
+    assert connections == 1
+    assert admin._extra == {}
+
+
+def test_an_admin_connection_opening_while_the_admin_client_closes_is_closed_and_the_call_fails():
+    """A call racing close() (here ListGroups, connecting to the broker its metadata named) must not
+    leave a connection nobody closes, nor send its request."""
+
+    async def scenario():
+        gate = asyncio.Event()
+        async with ScriptedBroker(gate=gate, gate_after=1, advertise=True) as broker:
+            admin = AsyncAdminClient(f"127.0.0.1:{broker.port}")
+            racing = asyncio.create_task(admin.list_groups())
+            # Metadata answered on the bootstrap connection; the admin's own connection (to the
+            # broker that metadata named) waits at the gate for its ApiVersions answer.
+            while broker.connections < 2 or len(broker.seen) < 4:
+                await asyncio.sleep(0.01)
+            await admin.close()
+            gate.set()
+            with pytest.raises(BrokerConnectionError, match="admin client is closed"):
+                await racing
+            while broker.disconnects < 2:  # the bootstrap connection and the one opened late
+                await asyncio.sleep(0.01)
+            return admin, broker
+
+    admin, broker = run(scenario())
+    assert broker.connections == 2
+    # ApiVersions (v3, refused, then v2) on each connection, Metadata on the first: no ListGroups.
+    assert [key for key, _version in broker.seen] == [18, 18, 3, 18, 18]
+    assert admin._extra == {}
 
 
 class _RecordingTransport:

@@ -29,7 +29,7 @@ from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.producer import WriteTxnMarkersRequest
 
 from onceflow.client.async_client import AsyncClient, ClusterMetadata, TopicInfo
-from onceflow.client.connection import Connection
+from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.consumer.assignors import decode_assignment
 from onceflow.client.consumer.coordinator import (
     OFFSET_COMMIT_MAX_VERSION,
@@ -165,6 +165,7 @@ class AsyncAdminClient:
         self._client_id = client_id
         self._timeout_ms = request_timeout_ms
         self._extra: dict[tuple[str, int], Connection] = {}
+        self._closed = False
 
     async def __aenter__(self) -> AsyncAdminClient:
         await self._client.any_connection()
@@ -173,21 +174,37 @@ class AsyncAdminClient:
     async def __aexit__(self, *exc_info) -> None:
         await self.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     async def close(self) -> None:
+        """Close every connection. A call after this raises :class:`BrokerConnectionError` and opens
+        nothing; a connection still opening when this ran (a call racing it) is closed once open."""
+        self._closed = True
         conns, self._extra = self._extra, {}
         await asyncio.gather(*(c.close() for c in conns.values()), return_exceptions=True)
         await self._client.close()
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerConnectionError("the admin client is closed")
+
     async def _conn_to(self, host: str, port: int) -> Connection:
+        self._check_open()
         conn = self._extra.get((host, port))
         if conn is not None and not conn.closed:
             return conn
         if conn is not None:
             del self._extra[(host, port)]
             await conn.close()  # failed: its socket is gone already; this reaps its read loop
+            self._check_open()
         conn = await Connection.open(
             host, port, client_id=self._client_id, request_timeout_s=self._timeout_ms / 1000
         )
+        if self._closed:
+            await conn.close()  # closed while we connected: close() did not see this one
+            self._check_open()
         current = self._extra.get((host, port))
         if current is not None and not current.closed:
             await conn.close()  # another caller connected while we did: one connection per broker
