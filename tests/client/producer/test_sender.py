@@ -7,21 +7,24 @@ import asyncio
 
 from kafka.protocol.producer import ProduceRequest
 
+from onceflow.client.connection import BrokerConnectionError
 from onceflow.client.producer.accumulator import RecordAccumulator
 from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.producer.produce_wire import PartitionResult
 from onceflow.client.producer.sender import Sender
 from onceflow.client.producer.transaction_manager import TransactionManager
-from onceflow.protocol.errors import ErrorCode
+from onceflow.protocol.errors import ErrorCode, KafkaError
 from onceflow.protocol.records import read_header
 
 TOPIC = "t"
 
 
 class ScriptedBroker:
-    """Answers Produce requests from a script of error codes; records every batch header it saw."""
+    """Answers Produce requests from a script of error codes; records every batch header it saw. An
+    exception in the script fails the whole request with it, as the connection does (e.g. on a request
+    timeout, which closes the connection)."""
 
-    def __init__(self, node: int, script: list[int] | None = None) -> None:
+    def __init__(self, node: int, script: list[int | BaseException] | None = None) -> None:
         self.node = node
         self.script = list(script or [])
         self.seen: list[tuple[int, int, int, int]] = []  # (node, epoch, base_sequence, count)
@@ -35,25 +38,37 @@ class ScriptedBroker:
         """A future answered on the next loop turn."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        loop.call_soon(future.set_result, self.answer(request))
+        if self.script and isinstance(self.script[0], BaseException):
+            error = self.script.pop(0)
+            self._read(request)
+            loop.call_soon(future.set_exception, error)
+        else:
+            loop.call_soon(future.set_result, self.answer(request))
         return future
 
-    def answer(self, request):
-        """Answer from the request's own bytes, read back with kafka-python (an independent decoder)."""
+    def _read(self, request):
+        """The request's (topic, partition, batch header)s, read back from its own bytes with
+        kafka-python (an independent decoder), and recorded as seen."""
         frame = request.encode(correlation_id=1, client_id="test")
         decoded = ProduceRequest.decode(frame[4:], version=request.version, header=True)
-        answers = []
+        out = []
         for topic in decoded.topic_data:
             for data in topic.partition_data:
                 header = read_header(data.records)
                 self.seen.append(
                     (self.node, header.producer_epoch, header.base_sequence, header.record_count)
                 )
-                code = self.script.pop(0) if self.script else 0
-                offset = -1
-                if code == 0:
-                    offset, self.next_offset = self.next_offset, self.next_offset + header.record_count
-                answers.append(PartitionResult(topic.name, data.index, code, offset, -1, None))
+                out.append((topic.name, data.index, header))
+        return out
+
+    def answer(self, request):
+        answers = []
+        for topic, partition, header in self._read(request):
+            code = self.script.pop(0) if self.script else 0
+            offset = -1
+            if code == 0:
+                offset, self.next_offset = self.next_offset, self.next_offset + header.record_count
+            answers.append(PartitionResult(topic, partition, code, offset, -1, None))
         return answers
 
 
@@ -78,9 +93,16 @@ class FakeNetwork:
 
 
 def run(
-    script_by_node: dict[int, list[int]], batches: int = 3, *, leader: int = 0, next_leader: int | None = None
+    script_by_node: dict[int, list],
+    batches: int = 3,
+    *,
+    leader: int = 0,
+    next_leader: int | None = None,
+    config: ProducerConfig | None = None,
 ):
-    config = ProducerConfig(batch_size=200, linger_ms=0, retry_backoff_ms=1, request_timeout_ms=1000)
+    config = config or ProducerConfig(
+        batch_size=200, linger_ms=0, retry_backoff_ms=1, request_timeout_ms=1000
+    )
     brokers = {node: ScriptedBroker(node, script) for node, script in script_by_node.items()}
     network = FakeNetwork(brokers, leader)
     network.next_leader = leader if next_leader is None else next_leader
@@ -96,6 +118,8 @@ def run(
         sender.start()
         futures = [acc.try_append(TOPIC, 0, 1, None, b"x" * 150, []) for _ in range(batches)]
         await asyncio.wait_for(sender.wait_idle(), 10)
+        if sender._metadata_task is not None:  # a refresh asked for lands before stop() cancels it
+            await asyncio.wait_for(sender._metadata_task, 10)
         await sender.stop()
         outcomes = []
         for f in futures:
@@ -131,6 +155,52 @@ def test_not_leader_refreshes_metadata_and_resends_to_the_new_leader_in_order():
     on_new_leader = [(seq) for node, _, seq, _ in seen if node == 1]
     assert on_new_leader == [0, 1, 2]  # same sequences, same order
     assert outcomes == [0, 1, 2]
+
+
+def _timed_out() -> KafkaError:
+    return KafkaError("no answer within the request timeout", ErrorCode.REQUEST_TIMED_OUT)
+
+
+def test_a_timed_out_produce_refreshes_metadata_and_resends_to_the_new_leader():
+    """A request timeout closes the connection, and Kafka's NetworkClient asks for a metadata update
+    on every disconnect: a lone timed-out Produce to a leader that moved away must find the new one,
+    not retry the old one until metadata.max.age.ms (here never)."""
+    # Node 0 stopped answering: each attempt on it times out (only a refresh leads elsewhere).
+    outcomes, seen, txn, network, _ = run(
+        {0: [_timed_out() for _ in range(100)], 1: []}, batches=1, leader=0, next_leader=1
+    )
+    assert network.refreshes >= 1
+    assert [(node, seq) for node, _, seq, _ in seen][-1] == (1, 0)  # same sequence, new leader
+    assert outcomes == [0]
+
+
+def test_a_timed_out_produce_that_is_not_retried_still_refreshes_metadata():
+    """Kafka asks for the update on the disconnect itself, whatever becomes of the batches."""
+    config = ProducerConfig(
+        batch_size=200, linger_ms=0, retries=0, retry_backoff_ms=1, request_timeout_ms=1000
+    )
+    outcomes, seen, txn, network, _ = run({0: [_timed_out()]}, batches=1, config=config)
+    assert outcomes == ["KafkaError"]
+    assert network.refreshes == 1
+
+
+def test_a_disconnect_refreshes_metadata_even_when_the_batch_is_not_retried():
+    config = ProducerConfig(
+        batch_size=200, linger_ms=0, retries=0, retry_backoff_ms=1, request_timeout_ms=1000
+    )
+    outcomes, seen, txn, network, _ = run(
+        {0: [BrokerConnectionError("lost connection")]}, batches=1, config=config
+    )
+    assert outcomes == ["KafkaError"]
+    assert network.refreshes == 1
+
+
+def test_a_request_timed_out_answered_by_the_broker_keeps_the_metadata():
+    """A partition's REQUEST_TIMED_OUT in an answer (e.g. acks=all waiting on replicas) is no
+    disconnect: as in Kafka (TimeoutException is no InvalidMetadataException) nothing is refreshed."""
+    outcomes, seen, txn, network, _ = run({0: [ErrorCode.REQUEST_TIMED_OUT]}, batches=1)
+    assert outcomes == [0]
+    assert network.refreshes == 0
 
 
 def test_unknown_producer_id_on_the_earliest_batch_bumps_the_epoch_and_restarts_sequences():

@@ -313,6 +313,11 @@ class Sender:
         self._node_inflight[node] -= 1
         try:
             if isinstance(outcome, BaseException):
+                # The request failed as a whole: the connection was lost, or the request timed out,
+                # which closed it. Kafka's NetworkClient asks for a metadata update on every
+                # disconnect, a timeout included (the leader may have moved), whatever becomes of the
+                # batches; a partition's REQUEST_TIMED_OUT in an answer keeps the connection and does not.
+                self._request_metadata()
                 code = getattr(outcome, "code", ErrorCode.NETWORK_EXCEPTION)
                 if code == ErrorCode.UNKNOWN_SERVER_ERROR:
                     code = ErrorCode.NETWORK_EXCEPTION
