@@ -16,7 +16,8 @@ from onceflow.client import AdminClient, AsyncClient
 from onceflow.client.consumer import AsyncConsumer, CommitFailed, RebalanceInProgress
 from onceflow.client.consumer import TopicPartition as TP
 from onceflow.client.consumer.assignors import Assignment, RangeAssignor, encode_assignment
-from onceflow.client.consumer.group import GroupMembership, MemberState
+from onceflow.client.consumer.consumer_membership import Reconciliation
+from onceflow.client.consumer.group import Action, GroupMembership, MemberState, SyncResult
 from onceflow.client.consumer.offset_commit import CommitErrorAction as A
 from onceflow.client.consumer.offset_commit import ConsumerTimeout, commit_error_action
 from onceflow.client.producer import AsyncProducer
@@ -176,6 +177,44 @@ def test_a_retriable_auto_commit_failure_is_retried_after_retry_backoff_not_a_wh
                 started, due = await auto_commit_at(position)
                 assert due >= started + INTERVAL_S
             assert len(coordinator.commits) == 4
+        finally:
+            await consumer._client.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_new_assignment_reschedules_the_auto_commit_a_whole_interval_from_now(protocol):
+    """Kafka's ConsumerCoordinator.onJoinComplete resets the auto-commit timer to
+    auto.commit.interval.ms from now after every completed round (even one that kept the
+    assignment), and the new consumer's signalReconciliationCompleting after each reconciliation. The
+    coordinator's end of a round (or reconciliation) is driven directly, and the schedule read."""
+    tp = TP("t", 0)
+
+    async def run():
+        consumer = AsyncConsumer(
+            bootstrap_servers="127.0.0.1:1",  # never contacted
+            group_id="g",
+            group_protocol=protocol,
+            auto_commit_interval_ms=int(INTERVAL_S * 1000),
+        )
+
+        async def no_connection():
+            return None
+
+        consumer._client.any_connection = no_connection
+        await consumer.start()  # wires the coordinator's callbacks to the consumer
+        coordinator = consumer._coordinator
+        try:
+            consumer._next_auto_commit = 0.0  # overdue
+            started = time.monotonic()
+            if protocol == "classic":
+                # A round that ended with the same assignment: nothing added, nothing revoked.
+                await coordinator._end_round(SyncResult(Action.NONE, assigned=[tp], added=[]))
+            else:
+                coordinator.membership.reconciliation = lambda: Reconciliation([], [tp])
+                await coordinator._reconcile()
+            assert consumer._next_auto_commit >= started + INTERVAL_S
         finally:
             await consumer._client.close()
 

@@ -39,12 +39,14 @@ class GroupCoordinator(GroupCoordinatorBase):
         on_assign: Callable[[list[TopicPartition]], Awaitable[None]],
         on_revoke: Callable[[list[TopicPartition]], Awaitable[None]],
         on_lost: Callable[[list[TopicPartition]], Awaitable[None]],
+        on_assignment: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(config, client, membership)
         self._topics = topics
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._on_lost = on_lost
+        self._on_assignment = on_assignment  # each round that ended with an assignment
         self._heartbeat_task: asyncio.Task | None = None
         self._round: asyncio.Task | None = None  # the JoinGroup/SyncGroup round in flight, or ended
         self._fatal: KafkaError | None = None
@@ -199,6 +201,9 @@ class GroupCoordinator(GroupCoordinatorBase):
         )
         if outcome.revoked:
             await self._on_revoke(outcome.revoked)
+        # Kafka's onJoinComplete: after the revocation, before onPartitionsAssigned, even when the
+        # assignment did not change (the consumer reschedules its auto commit from now).
+        self._on_assignment()
         await self._on_assign(outcome.added)
 
     async def _stop_round(self) -> None:

@@ -141,6 +141,7 @@ class AsyncConsumer:
                 on_assign=self._partitions_assigned,
                 on_revoke=self._partitions_revoked,
                 on_lost=self._partitions_lost,
+                on_assignment=self._reschedule_auto_commit,
             )
             topics = lambda: sorted(self._subscriptions.topics)  # noqa: E731
             if isinstance(self._membership, ConsumerMembership):
@@ -315,6 +316,13 @@ class AsyncConsumer:
             log.warning("rebalance callback failed: %r (raised from poll after the rebalance)", exc)
             if self._listener_error is None:
                 self._listener_error = exc
+
+    def _reschedule_auto_commit(self) -> None:
+        """A new assignment (a classic round ended, a reconciliation completed): the next auto commit
+        is due a whole auto.commit.interval.ms from now, as Kafka's consumers reset their timer then
+        (ConsumerCoordinator.onJoinComplete, ConsumerMembershipManager.signalReconciliationCompleting)."""
+        if self.config.enable_auto_commit:
+            self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
 
     async def _partitions_assigned(self, added: list[TopicPartition]) -> None:
         self._subscriptions.add(added)

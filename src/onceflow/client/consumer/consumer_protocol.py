@@ -45,6 +45,7 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
         on_assign: Callable[[list[TopicPartition]], Awaitable[None]],
         on_revoke: Callable[[list[TopicPartition]], Awaitable[None]],
         on_lost: Callable[[list[TopicPartition]], Awaitable[None]],
+        on_assignment: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(config, client, membership)
         self.membership: ConsumerMembership = membership
@@ -53,6 +54,7 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._on_lost = on_lost
+        self._on_assignment = on_assignment  # each reconciliation completed
         # One heartbeat in flight at a time: each answer must be applied to the state it was built from.
         self._heartbeat_lock = asyncio.Lock()
         self._heartbeat_now = asyncio.Event()
@@ -143,6 +145,9 @@ class ConsumerGroupCoordinator(GroupCoordinatorBase):
         if step.assign:
             await self._on_assign(step.assign)
             m.assigned(step.assign)
+        # Kafka's signalReconciliationCompleting: once the callbacks ran (the consumer reschedules its
+        # auto commit from now).
+        self._on_assignment()
         self._heartbeat_now.set()  # the acknowledgement the coordinator waits for
 
     async def _learn_topic_ids(self) -> None:
