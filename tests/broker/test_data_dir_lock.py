@@ -75,6 +75,8 @@ def test_serve_on_a_data_dir_in_use_says_so_and_exits_1(tmp_path):
     assert result.exit_code == 1
     assert "is in use by another onceflow broker" in result.output
     assert "Traceback" not in result.output
+    # The failed start put the process's Ctrl-C handler back (uvloop's stayed installed before).
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_data_dir_that_cannot_be_made_is_reported_as_such_not_as_a_listen_failure(tmp_path):

@@ -197,15 +197,22 @@ async def _serve_until_signalled(config: BrokerConfig) -> None:
     # Signal handlers first: a SIGTERM right after the "listening" line must still stop us cleanly.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
-    broker = Broker(config)
-    await broker.start()
     try:
-        await stop.wait()
-        log.info("signal received, shutting down")
+        broker = Broker(config)
+        await broker.start()
+        try:
+            await stop.wait()
+            log.info("signal received, shutting down")
+        finally:
+            await broker.stop()
     finally:
-        await broker.stop()
+        # Put the process's own handlers back (uvloop leaves its own installed otherwise), so a
+        # caller that goes on after a failed start, such as a test invoking the CLI, keeps Ctrl-C.
+        for sig in signals:
+            loop.remove_signal_handler(sig)
 
 
 def run(config: BrokerConfig) -> None:
