@@ -17,10 +17,11 @@ answers made but not yet written, or while the transport's write buffer is above
 (``pause_writing``), we stop reading and stop starting requests already read; all resume as the client
 reads. Without the byte bound a client that pipelines fetches and never reads its answers made the
 broker build every answer (up to fetch.max.bytes each) in memory: 100 fetches of a 60 MB topic held
-2.7 GB. Kafka bounds it harder, reading one request per connection at a time. A handler returning ``None`` sends nothing (acks=0 produce,
-dropped-response fault); raising ``CloseConnection`` closes the connection (Kafka's answer to a failed
-acks=0 produce, the disconnect fault); any other exception is a handler bug: logged, connection closed
-(the client reconnects). An undecodable frame or the peer's EOF closes the connection too; requests
+2.7 GB. Kafka bounds it harder, reading one request per connection at a time.
+
+A handler returning ``None`` sends nothing (acks=0 produce, dropped-response fault); raising
+``CloseConnection`` closes the connection (Kafka's answer to a failed acks=0 produce, the disconnect
+fault); any other exception is a handler bug: logged, connection closed (the client reconnects). An undecodable frame or the peer's EOF closes the connection too; requests
 still running are cancelled and nothing more is written.
 """
 
