@@ -227,3 +227,20 @@ def test_spark_failure_cause_is_the_innermost_python_error():
         "onceflow.client.connection.BrokerConnectionError: cannot connect to 127.0.0.1:1: Connection refused"
     )
     assert spark_failure_cause(Exception("something odd\nmore")) == "something odd"
+
+
+def test_quickstart_counts_events_read_from_offsets_not_from_reports_a_kill_may_lose():
+    """A kill -9 of the driver can lose the progress report of a batch Spark had finished: the count of
+    events read comes from the last report's end offsets (here batch 1's report is missing)."""
+    from onceflow.cli.quickstart import events_read
+
+    def report(batch_id: int, rows: int, end: dict) -> dict:
+        return {"batchId": batch_id, "numInputRows": rows, "sources": [{"endOffset": {"flights": end}}]}
+
+    reports = [
+        report(0, 10, {"0": 6, "1": 4}),
+        report(2, 10, {"0": 16, "1": 14}),
+        report(3, 5, {"0": 18, "1": 17}),
+    ]
+    assert events_read(reports) == 35  # not the 25 the surviving reports add up to
+    assert events_read([]) == 0
