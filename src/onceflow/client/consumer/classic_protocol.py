@@ -116,20 +116,22 @@ class GroupCoordinator(GroupCoordinatorBase):
         if m.protocol_is_eager and m.owned:
             await self._on_revoke(m.revoke_all())
 
+    async def _abandon_round(self, why: str, exc: KafkaError) -> None:
+        """A round's request failed: drop the round and wait a retry backoff before the next one."""
+        log.info("group %s: " + why, self.group_id, exc)
+        self.membership.abandon_round()
+        await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+
     async def _join_round(self) -> SyncResult | tuple[Action, ErrorCode, str] | None:
         """One JoinGroup/SyncGroup round, in its own task: the new assignment, a failure for poll to
         handle (LOST, FATAL), or None when the round is to be started again."""
         m = self.membership
-        backoff = self.config.retry_backoff_ms / 1000
         try:
             try:
                 # The round uses the connection poll found; if it is gone, the next round finds one.
                 response = await self._send(m.join_request(self._topics()), deadline=time.monotonic())
             except KafkaError as exc:
-                log.info("group %s: JoinGroup failed (%s); retrying", self.group_id, exc)
-                m.abandon_round()
-                await asyncio.sleep(backoff)
-                return None
+                return await self._abandon_round("JoinGroup failed (%s); retrying", exc)
             joined = m.on_join_response(response)
             if joined.action != Action.NONE:
                 return await self._round_failed(joined.action, joined.error, "JoinGroup")
@@ -137,10 +139,7 @@ class GroupCoordinator(GroupCoordinatorBase):
                 assignments = await self._assign(joined) if joined.is_leader else None
                 response = await self._send(m.sync_request(assignments), deadline=time.monotonic())
             except KafkaError as exc:
-                log.info("group %s: SyncGroup failed (%s); rejoining", self.group_id, exc)
-                m.abandon_round()
-                await asyncio.sleep(backoff)
-                return None
+                return await self._abandon_round("SyncGroup failed (%s); rejoining", exc)
             synced = m.on_sync_response(response)
             if synced.action != Action.NONE:
                 return await self._round_failed(synced.action, synced.error, "SyncGroup")
