@@ -339,7 +339,7 @@ def step_pipeline_with_crashes(run: QuickstartRun) -> None:
     run.report.append(
         (
             "pipeline",
-            f"{max(b['batchId'] for b in run.batches) + 1} batches, {read:,} events read; "
+            f"{max((b['batchId'] for b in run.batches), default=-1) + 1} batches, {read:,} events read; "
             f"{rows / max(busy_ms / 1000, 1e-9):,.0f} events/s while processing batches "
             f"({run.pipeline_seconds:.0f} s wall, including two Spark driver starts)",
         )
