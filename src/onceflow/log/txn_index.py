@@ -34,6 +34,12 @@ class AbortedTxn:
     last_offset: int
     last_stable_offset: int
 
+    def encode(self) -> bytes:
+        """The 34-byte ``.txnindex`` entry."""
+        return _ENTRY.pack(
+            _VERSION, self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset
+        )
+
 
 class TransactionIndex:
     """The aborted transactions of one segment, in memory and in ``<base offset>.txnindex``.
@@ -76,10 +82,7 @@ class TransactionIndex:
             )
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.write(
-            self._fd,
-            _ENTRY.pack(_VERSION, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset),
-        )
+        os.write(self._fd, txn.encode())
         self._entries.append(txn)
 
     def collect(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:

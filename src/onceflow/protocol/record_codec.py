@@ -45,6 +45,7 @@ __all__ = [
     "decode_control",
     "decode_record_objects",
     "encode_batch",
+    "rebuild_batch",
     "split_batches",
 ]
 
@@ -57,6 +58,9 @@ _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
 _INT64 = struct.Struct(">q")
+# Everything after the CRC that rebuild_batch copies from the original header: attributes,
+# lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount.
+_HEADER_AFTER_CRC = struct.Struct(">hiqqqhii")
 _CONTROL_KEY = struct.Struct(">hh")  # version, type
 _CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 
@@ -152,6 +156,51 @@ def encode_batch(
         batch = _compress_batch(batch, compression)
     _INT64.pack_into(batch, 0, base_offset)
     return bytes(batch)
+
+
+def rebuild_batch(header: BatchHeader, retained: list) -> bytes:
+    """The batch that ``header`` heads, holding only ``retained`` (some of its records, as
+    :func:`decode_record_objects` returns them, in order): what log compaction writes back.
+
+    The batch keeps its base offset, its offset range (``lastOffsetDelta``: a producer's last sequence is
+    read from it), its producer id, epoch and base sequence, its attributes, codec, partition leader
+    epoch and max timestamp; only the records and the base timestamp change. With nothing retained it
+    is an empty batch, the header alone, which is how Kafka's cleaner keeps a producer's last batch.
+    """
+    codec = header.compression
+    if retained:
+        builder = DefaultRecordBatchBuilder(
+            2, 0, 0, header.producer_id, header.producer_epoch, header.base_sequence, _NO_SIZE_LIMIT
+        )
+        base = header.base_offset
+        for record in retained:
+            builder.append(record.offset - base, record.timestamp, record.key, record.value, record.headers)
+        out = builder.build()
+        base_timestamp = _INT64.unpack_from(out, 27)[0]
+    else:
+        out = bytearray(BATCH_HEADER_SIZE)
+        _INT32.pack_into(out, _BATCH_LENGTH_POS, BATCH_HEADER_SIZE - LOG_OVERHEAD)
+        out[16] = 2  # magic
+        base_timestamp = header.base_timestamp
+        codec = CompressionType.NONE  # no records section to compress
+    _INT64.pack_into(out, 0, header.base_offset)
+    _INT32.pack_into(out, 12, header.partition_leader_epoch)
+    _HEADER_AFTER_CRC.pack_into(
+        out,
+        _ATTRIBUTES_POS,
+        header.attributes & ~COMPRESSION_MASK,
+        header.last_offset_delta,
+        base_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        len(retained),
+    )
+    if codec != CompressionType.NONE:
+        return bytes(_compress_batch(out, codec))  # sets the codec bit and the CRC
+    _UINT32.pack_into(out, _CRC_POS, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_POS:]))
+    return bytes(out)
 
 
 def _as_bytes(data: Any, what: str) -> bytes | None:
