@@ -43,9 +43,29 @@ def test_from_topic_configs_parses():
         ("segment.bytes", "10"),
         ("segment.bytes", str(2**31)),
         ("message.timestamp.type", "WallClock"),
-        ("cleanup.policy", "compact"),
+        ("cleanup.policy", "compress"),
+        ("cleanup.policy", "compact,compact"),
+        ("cleanup.policy", ""),
+        ("min.cleanable.dirty.ratio", "1.5"),
+        ("min.cleanable.dirty.ratio", "half"),
+        ("delete.retention.ms", "-1"),
     ],
 )
 def test_invalid_values_name_the_key(name, value):
     with pytest.raises(InvalidConfig, match=name.replace(".", r"\.")):
         LogConfig.from_topic_configs({name: value})
+
+
+@pytest.mark.parametrize(
+    ("value", "compact", "delete"),
+    [
+        ("delete", False, True),
+        ("compact", True, False),
+        ("compact, delete", True, True),
+        ("delete,compact", True, True),
+    ],
+)
+def test_cleanup_policy_is_a_list(value, compact, delete):
+    config = LogConfig.from_topic_configs({"cleanup.policy": value, "min.cleanable.dirty.ratio": "0.25"})
+    assert (config.compact, config.delete) == (compact, delete)
+    assert config.min_cleanable_dirty_ratio == 0.25

@@ -11,7 +11,9 @@ _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
-# Kafka topic config name -> (LogConfig field, kind, minimum). Kinds: "int", "timestamp_type", "policy".
+CLEANUP_POLICIES = ("delete", "compact")
+# Kafka topic config name -> (LogConfig field, kind, minimum). Kinds: "int", "ratio" (a number in
+# [0, 1]), "timestamp_type", "policy" (a comma-separated subset of CLEANUP_POLICIES).
 _TOPIC_CONFIGS: dict[str, tuple[str, str, int | None]] = {
     "segment.bytes": ("segment_bytes", "int", 14),  # Kafka: at least LegacyRecord.RECORD_OVERHEAD_V0
     "segment.ms": ("segment_ms", "int", 1),
@@ -22,6 +24,9 @@ _TOPIC_CONFIGS: dict[str, tuple[str, str, int | None]] = {
     "message.timestamp.type": ("message_timestamp_type", "timestamp_type", None),
     "max.message.bytes": ("max_message_bytes", "int", 0),
     "cleanup.policy": ("cleanup_policy", "policy", None),
+    "delete.retention.ms": ("delete_retention_ms", "int", 0),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", "ratio", None),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", "int", 0),
 }
 _INT32_CONFIGS = frozenset(
     {"segment.bytes", "index.interval.bytes", "segment.index.bytes", "max.message.bytes"}
@@ -38,8 +43,13 @@ class LogConfig:
     segment_index_bytes: int = 10485760
     message_timestamp_type: str = "CreateTime"
     max_message_bytes: int = 1048588
-    # Only "delete" is implemented; compaction is refused rather than silently ignored.
-    cleanup_policy: str = "delete"
+    cleanup_policy: str = "delete"  # "delete", "compact" or both ("compact,delete")
+    # Compaction (log.cleaner): how long tombstones and transaction markers outlive what they delete or
+    # end, the share of not-yet-compacted bytes that starts a cleaning, and how old a record must be
+    # before it may be compacted away.
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
 
     @classmethod
     def from_topic_configs(cls, configs: Mapping[str, str | int | None]) -> LogConfig:
@@ -66,6 +76,16 @@ class LogConfig:
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
+    @property
+    def compact(self) -> bool:
+        """Whether the log cleaner compacts this log (keeps the last record of each key)."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """Whether retention.ms and retention.bytes delete old segments of this log."""
+        return "delete" in self.cleanup_policy.split(",")
+
 
 def _parse(name: str, raw: str | int, kind: str, minimum: int | None) -> object:
     text = str(raw).strip()
@@ -76,11 +96,24 @@ def _parse(name: str, raw: str | int, kind: str, minimum: int | None) -> object:
             )
         return text
     if kind == "policy":
-        if text != "delete":
+        policies = [part.strip() for part in text.split(",")]
+        if (
+            not text
+            or any(p not in CLEANUP_POLICIES for p in policies)
+            or len(set(policies)) != len(policies)
+        ):
             raise InvalidConfig(
-                f"Invalid value {text} for configuration {name}: onceflow supports only 'delete'"
+                f"Invalid value {text} for configuration {name}: must be a list of {CLEANUP_POLICIES}"
             )
-        return text
+        return ",".join(policies)
+    if kind == "ratio":
+        try:
+            ratio = float(text)
+        except ValueError:
+            raise InvalidConfig(f"Invalid value {text} for configuration {name}: not a number")
+        if not 0.0 <= ratio <= 1.0:
+            raise InvalidConfig(f"Invalid value {text} for configuration {name}: must be in [0, 1]")
+        return ratio
     try:
         value = int(text)
     except ValueError:

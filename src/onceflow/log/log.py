@@ -68,11 +68,15 @@ from onceflow.log.segment import (
 from onceflow.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 from onceflow.protocol import records
 from onceflow.protocol.errors import InvalidRecord, MessageTooLarge, OffsetOutOfRange, RecordListTooLarge
+from onceflow.protocol.record_codec import decode_record_objects
 from onceflow.protocol.records import BatchHeader
 
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+# The cleaner's files: a cleaned segment before it is installed, and the list of segments it replaces.
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 LOG_START_OFFSET_FILE = "log-start-offset"
 # Bytes appended between periodic producer snapshots (not a Kafka setting: Kafka snapshots only at roll).
 PRODUCER_SNAPSHOT_INTERVAL_BYTES = 64 * 1024 * 1024
@@ -142,6 +146,7 @@ class Log:
         clean = marker.exists()
         if clean:
             marker.unlink()
+        _finish_swaps(directory)  # a crash in the middle of installing a cleaned segment
         bases = _segment_bases(directory)
         _remove_leftovers(directory, set(bases))
         now = clock_ms()
@@ -226,6 +231,15 @@ class Log:
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
 
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first; the last is the active one (read-only use: the cleaner's plan)."""
+        return list(self._segments)
+
+    def aborted_txns_in_segment(self, base_offset: int) -> list[AbortedTxn]:
+        """The ``.txnindex`` entries of the segment at ``base_offset``."""
+        return self._txn_indexes[base_offset].entries
+
     def segment_paths(self) -> list[Path]:
         return [segment.log_path for segment in self._segments]
 
@@ -259,6 +273,8 @@ class Log:
                 return AppendResult(
                     duplicate.first_offset, duplicate.last_offset, append_time, self.log_start_offset, True
                 )
+        if self.config.compact and origin is AppendOrigin.CLIENT:
+            self._check_keys(batches)
         now = self._clock_ms()
         # Validate before writing: an epoch or sequence error raises here and nothing is written.
         producer_appends = validate_producer_batches(
@@ -343,6 +359,19 @@ class Log:
             )
         return total
 
+    def _check_keys(self, batches: list[tuple[BatchHeader, memoryview]]) -> None:
+        """Kafka's LogValidator rule for compacted topics: every record needs a key (compaction keeps
+        the latest record of each key; one without a key could never be kept or replaced)."""
+        for header, view in batches:
+            if header.is_control:
+                continue
+            for record in decode_record_objects(header, view):
+                if record.key is None:
+                    raise InvalidRecord(
+                        f"Compacted topic cannot accept message without key in topic partition "
+                        f"{self.directory.name}."
+                    )
+
     def _assign_offsets(
         self, batches: list[tuple[BatchHeader, memoryview]], origin: AppendOrigin, now: int
     ) -> tuple[bytearray | memoryview, list[tuple[int, int, int]], int, int]:
@@ -412,6 +441,8 @@ class Log:
     def apply_retention(self, now_ms: int | None = None) -> int:
         """Delete old segments by retention.ms (largest timestamp) and retention.bytes (total size),
         oldest first, never the active one. Returns how many segments were deleted."""
+        if not self.config.delete:
+            return 0  # cleanup.policy=compact: the cleaner keeps the latest record of each key forever
         now = self._clock_ms() if now_ms is None else now_ms
         deleted = 0
         if self.config.retention_ms >= 0:
@@ -474,6 +505,60 @@ class Log:
                 self.log_start_offset,
             )
         return count
+
+    def replace_segments(self, sources: list, cleaned: Path, aborted: list[AbortedTxn]) -> bool:
+        """Put the cleaned file ``cleaned`` (``<base>.log.cleaned``, fsynced) in place of the consecutive
+        sealed segments ``sources`` (the cleaner's ``SourceSegment``s; the first one's base is the new
+        segment's), with ``aborted`` as its ``.txnindex``. False, with nothing changed, when those
+        segments are no longer the log's as the cleaner saw them.
+
+        Crash-safe: the ``<base>.swap`` file listing the replaced bases is the commit point. Written, the
+        swap is finished by whoever comes next (this call, or ``open()`` after a crash); not written, the
+        ``.cleaned`` files are leftovers and the old segments stay.
+        """
+        bases = [source.base_offset for source in sources]
+        if self._closed:
+            cleaned.unlink(missing_ok=True)
+            return False
+        first = bisect_right(self._bases, bases[0]) - 1
+        current = self._segments[first : first + len(sources)]
+        if (
+            first < 0
+            or first + len(sources) >= len(self._segments)  # never the active segment
+            or [s.base_offset for s in current] != bases
+            or any(s.size != source.size for s, source in zip(current, sources, strict=True))
+        ):
+            cleaned.unlink(missing_ok=True)
+            return False
+        base = bases[0]
+        if aborted:
+            txn_path = self.directory / (segment_file_name(base, TXN_INDEX_SUFFIX) + CLEANED_SUFFIX)
+            with open(txn_path, "wb") as f:
+                f.write(b"".join(txn.encode() for txn in aborted))
+                f.flush()
+                os.fsync(f.fileno())
+        _write_swap_list(self.directory, base, bases)  # the commit point
+        for segment in current:
+            self._unflushed.discard(segment)
+            segment.close()
+            self._txn_indexes.pop(segment.base_offset).close()
+        _finish_swap(self.directory, base, bases)
+        segment = LogSegment.open(
+            self.directory, base, self.config.index_interval_bytes, self._clock_ms(), recover=True
+        )
+        segment.created_ms = current[-1].created_ms
+        self._segments[first : first + len(sources)] = [segment]
+        self._bases[first : first + len(sources)] = [base]
+        self._txn_indexes[base] = self._open_txn_index(base)
+        log.info(
+            "cleaned %s: segments %s -> one segment at %d (%d -> %d bytes)",
+            self.directory.name,
+            bases,
+            base,
+            sum(source.size for source in sources),
+            segment.size,
+        )
+        return True
 
     def truncate_to(self, offset: int) -> None:
         """Remove everything from ``offset`` on (from the start of the batch holding it)."""
@@ -623,11 +708,61 @@ def _segment_bases(directory: Path) -> list[int]:
     return sorted(bases)
 
 
+def _write_swap_list(directory: Path, base: int, bases: list[int]) -> None:
+    path = directory / segment_file_name(base, SWAP_SUFFIX)
+    temp = path.with_name(path.name + ".tmp")
+    with open(temp, "w") as f:
+        f.write(" ".join(map(str, bases)) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+    _fsync_directory(directory)
+
+
+def _finish_swap(directory: Path, base: int, bases: list[int]) -> None:
+    """Replace the segments ``bases`` by ``<base>``'s cleaned files. Idempotent: a crash anywhere in it
+    is finished by running it again (the old files go before the cleaned ones are renamed in)."""
+    cleaned_log = directory / (segment_file_name(base, LOG_SUFFIX) + CLEANED_SUFFIX)
+    cleaned_txn = directory / (segment_file_name(base, TXN_INDEX_SUFFIX) + CLEANED_SUFFIX)
+    suffixes = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+    for old in bases:
+        if old == base and not cleaned_log.exists():
+            continue  # renamed in already: <base>.log is the cleaned one
+        for suffix in suffixes:
+            (directory / segment_file_name(old, suffix)).unlink(missing_ok=True)
+    if cleaned_log.exists():
+        os.replace(cleaned_log, directory / segment_file_name(base, LOG_SUFFIX))
+    if cleaned_txn.exists():
+        os.replace(cleaned_txn, directory / segment_file_name(base, TXN_INDEX_SUFFIX))
+    _fsync_directory(directory)
+    (directory / segment_file_name(base, SWAP_SUFFIX)).unlink(missing_ok=True)
+    _fsync_directory(directory)
+
+
+def _finish_swaps(directory: Path) -> None:
+    if not directory.exists():
+        return
+    for path in sorted(directory.glob("*" + SWAP_SUFFIX)):
+        stem = path.name[: -len(SWAP_SUFFIX)]
+        try:
+            bases = [int(part) for part in path.read_text().split()]
+        except ValueError:
+            bases = []
+        if not stem.isdigit() or not bases or bases[0] != int(stem):
+            # It is renamed into place whole, so this is not a torn write: keep the old segments.
+            log.error("ignoring unreadable %s: the segments it names stay uncleaned", path)
+            path.unlink()
+            continue
+        log.info("finishing the install of cleaned segment %s (a crash interrupted it)", stem)
+        _finish_swap(directory, int(stem), bases)
+
+
 def _remove_leftovers(directory: Path, bases: set[int]) -> None:
-    """Remove temporary files and indexes whose segment is gone (a crash midway through deleting one)."""
+    """Remove temporary files and indexes whose segment is gone (a crash midway through deleting one),
+    and the files of a cleaning that never reached its commit point."""
     for path in directory.iterdir():
         name = path.name
-        if name.endswith(".tmp"):
+        if name.endswith(".tmp") or name.endswith(CLEANED_SUFFIX):
             path.unlink(missing_ok=True)
             continue
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
