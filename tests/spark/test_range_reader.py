@@ -5,7 +5,14 @@ import pyarrow as pa
 import pytest
 
 from onceflow.client.fetch_records import filter_batches
-from onceflow.protocol.record_codec import ProducerRecord, decode_batches, encode_batch
+from onceflow.protocol.record_codec import (
+    ProducerRecord,
+    decode_batches,
+    decode_record_objects,
+    encode_batch,
+    rebuild_batch,
+    split_batches,
+)
 from onceflow.protocol.records import build_control_batch
 from onceflow.spark.range_reader import ARROW_SCHEMA, fetch_to_arrow
 
@@ -110,3 +117,19 @@ def test_timestamps_scale_to_microseconds():
     data = encode_batch([(b"k", b"v")], timestamp_ms=1_700_000_000_123)
     batch, _ = fetch_to_arrow("t", 0, data, position=0, until=1, isolation_level=0)
     assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_123_000]
+
+
+def test_a_compacted_fetch_with_gaps_and_an_empty_batch():
+    """What the log cleaner leaves: a batch that lost records (its offset range unchanged), a gap, and a
+    producer's emptied last batch. Reads go on after each batch's last offset, never stall on a gap."""
+    full = encode_batch([(b"a", b"1"), (b"b", b"1"), (b"a", b"2")], base_offset=10, timestamp_ms=1000)
+    [(header, view)] = list(split_batches(full))
+    kept = rebuild_batch(header, decode_record_objects(header, view)[1:2])  # only offset 11 is left
+    emptied = _txn_batch(COMMITTED_PID, 20, 2)
+    [(empty_header, empty_view)] = list(split_batches(emptied))
+    data = kept + rebuild_batch(empty_header, [])
+    batch, next_position = fetch_to_arrow("t", 0, data, position=10, until=30, isolation_level=1)
+    assert batch.column("offset").to_pylist() == [11]
+    assert next_position == 22  # past the empty batch's last offset
+    # A read from inside the batch's removed tail moves past it: the batch still ends at offset 12.
+    assert fetch_to_arrow("t", 0, kept, position=12, until=15, isolation_level=0) == (None, 13)

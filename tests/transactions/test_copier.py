@@ -17,6 +17,8 @@ send_offsets_to_transaction forever (AddOffsetsToTxn answered, TxnOffsetCommit n
 broker was not at fault: librdkafka 2.16 re-bootstraps when every broker is down, decommissions its
 broker handles, and keeps the dead handle as the cached group coordinator (confluentinc/librdkafka
 #5511; the call also ignores its timeout, #5456). See ``copier_worker`` for the workaround.
+The internal topics are compacted during the run (small segments, a fast cleaner): the exactly-once
+result must hold with the coordinators' logs rewritten under them.
 Set ``COPIER_DEBUG=eos,protocol,broker,cgrp`` for librdkafka debug logs in the copier logs and a
 verbose broker log.
 """
@@ -120,6 +122,18 @@ CONSUMER_PROTOCOL_BROKER_ARGS = (
 )
 
 
+# The internal topics roll 8 KiB segments and the log cleaner passes every 200 ms, so committed offsets,
+# group records, markers and transaction states are compacted all through the kill -9s and restarts.
+COMPACTION_BROKER_ARGS = (
+    "--config",
+    "offsets.topic.segment.bytes=8192",
+    "--config",
+    "transaction.state.log.segment.bytes=8192",
+    "--config",
+    "log.cleaner.backoff.ms=200",
+)
+
+
 @pytest.mark.onceflow_only
 @pytest.mark.parametrize(
     "protocol,client", [("classic", "librdkafka"), ("consumer", "librdkafka"), ("consumer", "onceflow")]
@@ -128,7 +142,7 @@ def test_copier_workload_with_kill9_and_broker_restarts(tmp_path, protocol, clie
     rng = random.Random(4)
     verbose = ("--verbose",) if os.environ.get("COPIER_DEBUG") else ()
     group_args = CONSUMER_PROTOCOL_BROKER_ARGS if protocol == "consumer" else ()
-    broker = BrokerProcess(tmp_path / "data", extra_args=verbose + group_args)
+    broker = BrokerProcess(tmp_path / "data", extra_args=verbose + group_args + COMPACTION_BROKER_ARGS)
     broker.start()
     copiers: list[subprocess.Popen] = []
     monitor = None
@@ -178,6 +192,8 @@ def test_copier_workload_with_kill9_and_broker_restarts(tmp_path, protocol, clie
         final = _read_all(b, "output")
         assert len(final) == RECORDS, f"output has {len(final)} records, input {RECORDS}"
         assert sorted(final) == [b"%06d" % i for i in range(RECORDS)]
+        broker_log = broker.log_path.read_text(errors="replace")
+        assert "cleaned __consumer_offsets-" in broker_log and "cleaned __transaction_state-" in broker_log
     finally:
         for proc in copiers:
             _kill9(proc)

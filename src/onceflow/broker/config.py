@@ -28,6 +28,12 @@ class BrokerConfig:
     connections_max_idle_ms: int = 600000  # connections.max.idle.ms (10 minutes)
     message_max_bytes: int = 1048588  # message.max.bytes: default of a topic's max.message.bytes
     log_retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms
+    # Compaction of cleanup.policy=compact topics (__consumer_offsets and __transaction_state among them).
+    log_cleaner_enable: bool = True  # log.cleaner.enable
+    log_cleaner_backoff_ms: int = 15000  # log.cleaner.backoff.ms: the pause between cleaning passes
+    # segment.bytes of the internal topics when they are created (the cleaner compacts sealed segments).
+    offsets_topic_segment_bytes: int = 104857600  # offsets.topic.segment.bytes
+    transaction_state_log_segment_bytes: int = 104857600  # transaction.state.log.segment.bytes
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
     # Groups of the consumer protocol (KIP-848): how often members heartbeat, and after how long
     # without a heartbeat a member is removed. A rebalance reaches a member at its next heartbeat.
@@ -56,6 +62,12 @@ class BrokerConfig:
         self.data_dir = Path(self.data_dir)
         if self.connections_max_idle_ms == 0:
             raise ValueError("connections.max.idle.ms must be positive (or negative: never close), not 0")
+        for name in ("offsets_topic_segment_bytes", "transaction_state_log_segment_bytes"):
+            value = getattr(self, name)
+            if not 14 <= value <= 2**31 - 1:  # segment.bytes' own bounds
+                raise ValueError(f"{name.replace('_', '.')} must be in [14, {2**31 - 1}], not {value}")
+        if self.log_cleaner_backoff_ms < 0:
+            raise ValueError(f"log.cleaner.backoff.ms must be >= 0, not {self.log_cleaner_backoff_ms}")
         if self.max_incremental_fetch_session_cache_slots < 0:
             raise ValueError(
                 "max.incremental.fetch.session.cache.slots must be >= 0, "

@@ -31,6 +31,7 @@ from onceflow.broker.fetch_session import FetchSessionCache
 from onceflow.broker.group.service import start_group_coordinator
 from onceflow.broker.handlers import HANDLERS
 from onceflow.broker.idle_connections import close_idle_connections
+from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.malloc_tuning import keep_freed_memory_for_reuse
 from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.topics import TopicManager
@@ -54,7 +55,14 @@ class Broker:
         self.config = config
         self.faults = Faults(config.faults)
         self.topics = TopicManager(
-            config.data_dir, node_id=config.node_id, log_opener=log_opener, config_validator=config_validator
+            config.data_dir,
+            node_id=config.node_id,
+            log_opener=log_opener,
+            config_validator=config_validator,
+            internal_topic_configs={
+                "__consumer_offsets": {"segment.bytes": str(config.offsets_topic_segment_bytes)},
+                "__transaction_state": {"segment.bytes": str(config.transaction_state_log_segment_bytes)},
+            },
         )
         self.handlers = {h.API_KEY: h for h in HANDLERS}
         self.supported = {
@@ -66,6 +74,8 @@ class Broker:
         self._housekeeping: asyncio.Task[None] | None = None
         self._producer_expiry: asyncio.Task[None] | None = None
         self._idle_expiry: asyncio.Task[None] | None = None
+        self._log_cleaner: LogCleaner | None = None
+        self._log_cleaner_task: asyncio.Task[None] | None = None
         self.port = config.port
         self._data_dir_lock: DataDirLock | None = None
 
@@ -108,6 +118,9 @@ class Broker:
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._producer_expiry = asyncio.create_task(run_producer_expiry(self.topics), name="producer-expiry")
+        if self.config.log_cleaner_enable:
+            self._log_cleaner = LogCleaner(self.topics, self.config.log_cleaner_backoff_ms)
+            self._log_cleaner_task = asyncio.create_task(self._log_cleaner.run(), name="log-cleaner")
         if self.config.connections_max_idle_ms > 0:
             self._idle_expiry = asyncio.create_task(
                 close_idle_connections(lambda: self._connections, self.config.connections_max_idle_ms),
@@ -125,7 +138,7 @@ class Broker:
         """Stop accepting, drop connections, flush and close every log."""
         if self._server is not None:
             self._server.close()
-        for task in (self._housekeeping, self._producer_expiry, self._idle_expiry):
+        for task in (self._housekeeping, self._producer_expiry, self._idle_expiry, self._log_cleaner_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -140,6 +153,8 @@ class Broker:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
+        if self._log_cleaner is not None:
+            self._log_cleaner.close()  # before the logs close: a build may be reading their segments
         if self.services is not None and self.services.transactions is not None:
             await self.services.transactions.stop()
         if self.services is not None and self.services.groups is not None:

@@ -13,7 +13,7 @@ SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
 
 # Kafka's ConfigDef types as DescribeConfigs v3+ reports them.
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_SHORT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 4, 5, 7
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_SHORT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 3, 4, 5, 6, 7
 TOPIC_CONFIG_TYPES = {
     "segment.bytes": TYPE_INT,
     "segment.ms": TYPE_LONG,
@@ -24,6 +24,9 @@ TOPIC_CONFIG_TYPES = {
     "message.timestamp.type": TYPE_STRING,
     "max.message.bytes": TYPE_INT,
     "cleanup.policy": TYPE_LIST,
+    "delete.retention.ms": TYPE_LONG,
+    "min.cleanable.dirty.ratio": TYPE_DOUBLE,
+    "min.compaction.lag.ms": TYPE_LONG,
 }
 
 
@@ -89,5 +92,9 @@ def describe_broker_configs(config: BrokerConfig, port: int) -> list[DescribedCo
         static("socket.request.max.bytes", config.socket_request_max_bytes, TYPE_INT),
         static("message.max.bytes", config.message_max_bytes, TYPE_INT),
         static("log.retention.check.interval.ms", config.log_retention_check_interval_ms, TYPE_LONG),
+        static("log.cleaner.enable", config.log_cleaner_enable, TYPE_BOOLEAN),
+        static("log.cleaner.backoff.ms", config.log_cleaner_backoff_ms, TYPE_LONG),
+        static("offsets.topic.segment.bytes", config.offsets_topic_segment_bytes, TYPE_INT),
+        static("transaction.state.log.segment.bytes", config.transaction_state_log_segment_bytes, TYPE_INT),
         static("group.initial.rebalance.delay.ms", config.group_initial_rebalance_delay_ms, TYPE_INT),
     ]

@@ -47,6 +47,10 @@ MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# Kafka's settings of its internal topics (offsets.topic.segment.bytes, transaction.state.log.segment.bytes):
+# compacted, so the latest committed offset, group and transaction state of every key is kept for good
+# (under the delete policy, retention.ms would drop a quiet group's offsets after a week).
+INTERNAL_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -181,9 +185,13 @@ class TopicManager:
         node_id: int = 0,
         log_opener: Callable[[Path, Mapping[str, str]], Any] | None = None,
         config_validator: Callable[[Mapping[str, str]], None] | None = None,
+        internal_topic_configs: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.node_id = node_id
+        # Per internal topic, settings on top of INTERNAL_TOPIC_CONFIGS from the broker config
+        # (offsets.topic.segment.bytes, transaction.state.log.segment.bytes).
+        self._internal_topic_configs = internal_topic_configs or {}
         self._open_log = log_opener or _default_log_opener
         self._validate_configs = config_validator or _default_config_validator
         self._topics: dict[str, Topic] = {}
@@ -198,7 +206,12 @@ class TopicManager:
         path = self.data_dir / TOPICS_FILE
         if not path.exists():
             return
+        upgraded = []
         for name, topic_id, configs, internal, partitions in _read_topics_file(path):
+            if name in INTERNAL_TOPICS and "cleanup.policy" not in configs:
+                # Written by an onceflow without compaction, which kept internal topics under "delete".
+                configs = {**INTERNAL_TOPIC_CONFIGS, **configs}
+                upgraded.append(name)
             topic = Topic(name=name, topic_id=topic_id, configs=configs, internal=internal)
             for index in range(partitions):
                 directory = self._partition_dir(name, index)
@@ -206,6 +219,9 @@ class TopicManager:
                     log.warning("%s: no directory for partition %s-%d; it starts empty", path, name, index)
                 topic.partitions.append(self._open_partition(topic, index))
             self._register(topic)
+        if upgraded:
+            self._persist()
+            log.info("internal topics %s are compacted from now on (cleanup.policy=compact)", upgraded)
         log.info("loaded %d topics from %s", len(self._topics), path)
 
     def _load_or_create_meta(self) -> str:
@@ -293,6 +309,8 @@ class TopicManager:
         if num_partitions < 1:
             raise InvalidPartitions(f"number of partitions must be at least 1, not {num_partitions}")
         overrides = {k: v for k, v in (configs or {}).items() if v is not None}
+        if name in INTERNAL_TOPICS:
+            overrides = {**INTERNAL_TOPIC_CONFIGS, **self._internal_topic_configs.get(name, {}), **overrides}
         self._validate_configs(overrides)
         topic = Topic(
             name=name, topic_id=uuid.uuid4(), configs=overrides, internal=internal or name in INTERNAL_TOPICS

@@ -1,0 +1,76 @@
+"""The broker's log cleaner: every ``log.cleaner.backoff.ms`` each compacted partition that is due is
+cleaned (``onceflow.log.cleaner``), one partition at a time.
+
+The plan and the install run on the event loop (they read and change the ``Log``); the build, which
+reads and rewrites whole segments, runs on one worker thread of its own, so a big cleaning does not stall
+requests. A log that changed under its build (retention, DeleteRecords, a deleted topic) is left as it
+is; the next pass plans again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from onceflow.log import cleaner
+from onceflow.log.log import wall_clock_ms
+
+log = logging.getLogger(__name__)
+
+
+class LogCleaner:
+    def __init__(self, topics: Any, backoff_ms: int) -> None:
+        self._topics = topics
+        self._backoff_s = backoff_ms / 1000.0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-cleaner")
+        self.cleanings = 0  # installed cleanings since start (tests and logs)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self._backoff_s)
+            await self.clean_once()
+
+    async def clean_once(self) -> int:
+        """One pass over every compacted partition; returns how many were cleaned."""
+        cleaned = 0
+        for partition in list(self._topics.partitions()):
+            log_ = partition.log
+            config = getattr(log_, "config", None)
+            if config is None or not config.compact:
+                continue
+            try:
+                cleaning = cleaner.plan(log_, wall_clock_ms())
+                if cleaning is None:
+                    continue
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(self._executor, cleaner.build, cleaning)
+                if not self._still_serving(partition):
+                    for group in result.groups:
+                        group.path.unlink(missing_ok=True)
+                    continue
+                if cleaner.install(log_, cleaning, result):
+                    cleaned += 1
+                    self.cleanings += 1
+                    log.info(
+                        "cleaned %s-%d: %d -> %d bytes, %d records removed",
+                        partition.topic,
+                        partition.index,
+                        result.bytes_read,
+                        result.bytes_written,
+                        result.records_removed,
+                    )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("cleaning %s-%d failed", partition.topic, partition.index)
+        return cleaned
+
+    def _still_serving(self, partition: Any) -> bool:
+        topic = self._topics.get(partition.topic)
+        return topic is not None and partition in topic.partitions
+
+    def close(self) -> None:
+        """Wait for a build under way (its thread cannot be interrupted) and stop the worker."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
