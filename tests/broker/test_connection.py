@@ -7,7 +7,9 @@ import struct
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 from onceflow.broker.connection import (
+    INITIAL_RECEIVE_BUFFER_BYTES,
     NEED_DATA,
+    RECEIVE_BUFFER_BYTES,
     Connection,
     ConnectionBroken,
     RequestReceived,
@@ -174,3 +176,16 @@ def test_many_frames_fed_at_once_grow_the_receive_buffer():
     while (event := conn.next_event()) is not NEED_DATA:
         ids.append(event.header.correlation_id)
     assert ids == list(range(1, 301))
+
+
+def test_the_receive_buffer_starts_small_and_grows_only_while_reads_fill_it():
+    conn = Connection(SUPPORTED, max_request_bytes=1 << 20)
+    assert len(conn.get_buffer(-1)) == INITIAL_RECEIVE_BUFFER_BYTES  # an idle connection's memory
+    # A client that sends a request at a time never fills it: the buffer stays as it is.
+    _read_like_a_socket(conn, b"".join(metadata_frame(i) for i in range(1, 200)), chunk=500)
+    assert len(conn.get_buffer(-1)) == INITIAL_RECEIVE_BUFFER_BYTES
+    # Pipelined requests fill every read: each full read doubles the room, up to the maximum.
+    data = b"".join(metadata_frame(i) for i in range(1, 40_000))
+    events = _read_like_a_socket(conn, data, chunk=len(data))
+    assert [e.header.correlation_id for e in events] == list(range(1, 40_000))
+    assert len(conn.get_buffer(-1)) == RECEIVE_BUFFER_BYTES

@@ -14,7 +14,8 @@ Events:
 
 Buffers (the produce path's copies): bytes are read straight into the connection's buffers through
 ``get_buffer``/``buffer_updated`` (asyncio's ``BufferedProtocol`` shape). Small frames land in one
-reusable receive buffer and are copied out whole; a frame that is still incomplete once its size is
+reusable receive buffer (32 KiB, grown up to 256 KiB while reads keep filling it) and are copied out
+whole; a frame that is still incomplete once its size is
 known gets a buffer of exactly its size, and the rest of it is read straight into that buffer. So a
 1 MB Produce request crosses from the kernel into the one ``bytearray`` that its handler and the log
 then use, without the stream-reader and join copies. Every frame handed out is a fresh ``bytearray``
@@ -36,8 +37,12 @@ log = logging.getLogger(__name__)
 
 API_VERSIONS_KEY = 18
 _SIZE = struct.Struct(">i")
-# The reusable receive buffer: one read takes up to this much of small pipelined requests.
+# The reusable receive buffer: one read takes up to this much of small pipelined requests. It starts
+# at INITIAL_RECEIVE_BUFFER_BYTES and doubles up to RECEIVE_BUFFER_BYTES each time a read fills all the
+# room it was given (more was waiting): an idle or quiet connection keeps 32 KiB, not 256 KiB, of
+# zero-filled memory (a thousand consumers' connections: 32 MB instead of 256 MB).
 RECEIVE_BUFFER_BYTES = 256 * 1024
+INITIAL_RECEIVE_BUFFER_BYTES = 32 * 1024
 _MIN_FREE_BYTES = 16 * 1024
 
 
@@ -89,11 +94,15 @@ class Connection:
         *,
         max_request_bytes: int,
         receive_buffer_bytes: int = RECEIVE_BUFFER_BYTES,
+        initial_receive_buffer_bytes: int = INITIAL_RECEIVE_BUFFER_BYTES,
     ) -> None:
         self._supported = supported
         self._max_request_bytes = max_request_bytes
         # Unparsed bytes are _buffer[_start:_end]; reads land at _end.
-        self._buffer = bytearray(receive_buffer_bytes)
+        self._buffer = bytearray(min(initial_receive_buffer_bytes, receive_buffer_bytes))
+        self._max_buffer_bytes = receive_buffer_bytes
+        self._offered = 0  # the size of the last view get_buffer gave out of _buffer
+        self._grow = False  # a read filled all of it: more is waiting, give the next read more room
         self._start = 0
         self._end = 0
         # A frame bigger than what was buffered when its size was read: filled in place up to _filled.
@@ -112,6 +121,11 @@ class Connection:
         if self._filling_frame():
             return memoryview(self._frame)[self._filled :]
         unread = self._end - self._start
+        if self._grow:
+            self._grow = False
+            grown = bytearray(min(2 * len(self._buffer), self._max_buffer_bytes))
+            grown[:unread] = self._buffer[self._start : self._end]
+            self._buffer, self._start, self._end = grown, 0, unread
         if self._start and len(self._buffer) - self._end < _MIN_FREE_BYTES:
             # Move the unread tail to the front; equal-length slice assignment never resizes, so
             # views an event loop still holds stay valid.
@@ -122,6 +136,7 @@ class Connection:
             grown = bytearray(max(2 * len(self._buffer), unread + _MIN_FREE_BYTES))
             grown[:unread] = self._buffer[self._start : self._end]
             self._buffer, self._start, self._end = grown, 0, unread
+        self._offered = len(self._buffer) - self._end
         return memoryview(self._buffer)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -132,6 +147,8 @@ class Connection:
             self._filled += nbytes
         else:
             self._end += nbytes
+            if nbytes == self._offered and len(self._buffer) < self._max_buffer_bytes:
+                self._grow = True
 
     def _filling_frame(self) -> bool:
         # A complete frame waiting for next_event takes no more bytes: later ones are later frames.
