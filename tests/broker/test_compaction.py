@@ -159,6 +159,25 @@ async def _read_all_with_onceflow(port: int, topic: str, end: int) -> list[tuple
     return out
 
 
+def _read_all_with_kafka_python(port: int, topic: str, end: int) -> list[tuple[int, bytes, bytes]]:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTP
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=f"127.0.0.1:{port}", enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    consumer.assign([KafkaTP(topic, 0)])
+    out: list[tuple[int, bytes, bytes]] = []
+    deadline = time.monotonic() + 20
+    try:
+        while consumer.position(KafkaTP(topic, 0)) < end and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                out.extend((r.offset, r.key, r.value) for r in records)
+    finally:
+        consumer.close()
+    return out
+
+
 def test_a_users_compacted_topic_is_read_without_the_replaced_records(tmp_path):
     async def scenario():
         async with running_broker(tmp_path, log_cleaner_backoff_ms=50) as broker:
@@ -184,6 +203,8 @@ def test_a_users_compacted_topic_is_read_without_the_replaced_records(tmp_path):
             latest = {key: value for _, key, value in read}
             assert latest == {b"k%d" % k: b"v%d" % (35 + k) for k in range(5)}
             assert await _read_all_with_onceflow(broker.port, "table", log.log_end_offset) == read
+            end = log.log_end_offset
+            assert await asyncio.to_thread(_read_all_with_kafka_python, broker.port, "table", end) == read
             refused = await asyncio.to_thread(_produce, broker.port, "table", [(None, b"no key")])
             assert refused == ["INVALID_RECORD"]
 
