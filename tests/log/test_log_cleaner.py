@@ -10,7 +10,7 @@ from onceflow.log.append_origin import AppendOrigin
 from onceflow.log.config import LogConfig
 from onceflow.log.log import Log
 from onceflow.protocol import records
-from onceflow.protocol.errors import InvalidRecord, OutOfOrderSequence
+from onceflow.protocol.errors import InvalidProducerEpoch, InvalidRecord, OutOfOrderSequence
 
 DAY_MS = 86_400_000
 
@@ -325,3 +325,34 @@ def test_a_compacted_log_refuses_records_without_a_key(tmp_path, clock):
     assert log.log_end_offset == 0  # nothing of the batch was written
     plain = open_log(tmp_path / "d-0", clock, cleanup_policy="delete")
     assert append(plain, keyed([(None, b"v")])).base_offset == 0
+
+
+def test_the_last_batch_of_a_cleaning_stays_so_the_range_still_meets_the_next_segment(tmp_path, clock):
+    log = open_log(tmp_path / "t-0", clock)
+    append(log, keyed([(b"k", b"v")]))  # 0
+    log.roll()
+    append(log, keyed([(b"k", None)], timestamp=clock.now - 2 * DAY_MS))  # 1: an expired tombstone
+    log.roll()
+    append(log, keyed([(b"j", b"x")]))  # 2: active
+    cleaner.clean(log, clock.now)
+    assert contents(log) == [(2, b"j", b"x")]
+    header = records.read_header(log.read(0, 1 << 20))
+    assert (header.base_offset, header.last_offset, header.record_count) == (1, 1, 0)
+
+
+def test_a_fenced_producers_marker_keeps_its_epoch_without_a_snapshot(tmp_path, clock):
+    log = open_log(tmp_path / "t-0", clock)
+    old = clock.now - 2 * DAY_MS
+    append(log, keyed([(b"k", b"zombie")], pid=7, epoch=0, seq=0, txn=True, timestamp=old))  # 0
+    end_txn(log, 7, 1, commit=False, timestamp=old)  # 1: the coordinator fenced epoch 0 with epoch 1
+    append(log, keyed([(b"k", b"other")]))  # 2
+    log.roll()
+    append(log, keyed([(b"j", b"x")]))  # 3: active
+    cleaner.clean(log, clock.now)
+    assert contents(log) == [(2, b"k", b"other"), (3, b"j", b"x")]
+    log.close()
+    for snapshot in (tmp_path / "t-0").glob("*.snapshot"):
+        snapshot.unlink()
+    reopened = open_log(tmp_path / "t-0", clock)
+    with pytest.raises(InvalidProducerEpoch):
+        append(reopened, keyed([(b"k", b"late")], pid=7, epoch=0, seq=1, txn=True))

@@ -24,8 +24,10 @@ off the broker's event loop:
    - a transaction marker goes once no batch of its transaction is left and it is older than
      ``delete.retention.ms``, else it stays, and with it the transaction's aborted-index entry;
    - a batch keeps its base offset, offset range and producer fields, and a producer's last batch (the
-     one the producer state remembers) stays even when all its records go, as an empty batch: the
-     sequence numbers read back from the log on a recovery without a snapshot stay right.
+     one the producer state remembers, or the marker of its epoch when it has none) stays even when all
+     its records go, as an empty batch: the sequence numbers and epoch read back from the log on a
+     recovery without a snapshot stay right. So does the last batch of the cleaned range, so that its
+     last offset still meets the next segment (a read inside the range always finds a batch after it).
 3. :func:`install` (with the log): ``Log.replace_segments`` swaps each group in, crash-safe, unless the
    log changed under the build (retention, DeleteRecords, a truncation); then the checkpoint moves to
    the end of the cleaned range.
@@ -78,7 +80,8 @@ class CleaningPlan:
     end: int  # the base of the first segment not cleaned: the next checkpoint
     delete_horizon_ms: int  # tombstones and markers of batches older than this may go
     aborted: dict[int, list[tuple[int, int]]]  # producer id -> (first, last offset) of aborted txns
-    last_batch_of_producer: dict[int, int]  # producer id -> last offset of its last batch
+    # producer id -> (last offset of its last data batch or -1, its epoch), for the active producers
+    last_of_producer: dict[int, tuple[int, int]]
     dirty_bytes: int
     cleanable_bytes: int
 
@@ -160,10 +163,9 @@ def plan(log_: Log, now_ms: int) -> CleaningPlan | None:
             ranges.append((txn.first_offset, txn.last_offset))
     for ranges in aborted.values():
         ranges.sort()
-    last_batch = {
-        entry.producer_id: entry.last_data_offset
+    last_of_producer = {
+        entry.producer_id: (entry.last_data_offset, entry.epoch)
         for entry in log_.producer_state.active_producers()
-        if entry.last_data_offset >= 0
     }
     return CleaningPlan(
         directory=log_.directory,
@@ -172,7 +174,7 @@ def plan(log_: Log, now_ms: int) -> CleaningPlan | None:
         end=end,
         delete_horizon_ms=now_ms - config.delete_retention_ms,
         aborted=aborted,
-        last_batch_of_producer=last_batch,
+        last_of_producer=last_of_producer,
         dirty_bytes=dirty_bytes,
         cleanable_bytes=cleanable_bytes,
     )
@@ -252,8 +254,9 @@ def _clean_batch(
     """What stays of one batch: its own bytes, a rebuilt batch, or None."""
     producer_id = header.producer_id
     expired = header.max_timestamp < cleaning.delete_horizon_ms
+    must_stay = _is_last_of_producer(cleaning, header) or header.last_offset + 1 == cleaning.end
     if header.is_control:
-        if not txn_has_batches.pop(producer_id, False) and expired:
+        if not txn_has_batches.pop(producer_id, False) and expired and not must_stay:
             result.records_removed += header.record_count
             return None
         return view
@@ -270,13 +273,26 @@ def _clean_batch(
     result.records_removed += header.record_count - len(retained)
     if len(retained) == header.record_count:
         kept: bytes | memoryview | None = view
-    elif retained or cleaning.last_batch_of_producer.get(producer_id) == header.last_offset:
+    elif retained or must_stay:
         kept = rebuild_batch(header, retained)
     else:
         kept = None
     if kept is not None and header.is_transactional:
         txn_has_batches[producer_id] = True
     return kept
+
+
+def _is_last_of_producer(cleaning: CleaningPlan, header: BatchHeader) -> bool:
+    """Whether the batch holds what an active producer's state is rebuilt from after a recovery without
+    a snapshot: its last data batch (the last sequence), or, when it has none since its epoch moved, the
+    marker of that epoch (fencing needs it). Kafka's cleaner keeps these too."""
+    last = cleaning.last_of_producer.get(header.producer_id)
+    if last is None:
+        return False
+    data_offset, epoch = last
+    if data_offset >= 0:
+        return header.last_offset == data_offset
+    return header.is_control and header.producer_epoch == epoch
 
 
 def _is_aborted(cleaning: CleaningPlan, header: BatchHeader) -> bool:
