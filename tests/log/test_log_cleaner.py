@@ -356,3 +356,20 @@ def test_a_fenced_producers_marker_keeps_its_epoch_without_a_snapshot(tmp_path, 
     reopened = open_log(tmp_path / "t-0", clock)
     with pytest.raises(InvalidProducerEpoch):
         append(reopened, keyed([(b"k", b"late")], pid=7, epoch=0, seq=1, txn=True))
+
+
+def test_a_full_offset_map_ends_the_cleaning_early_and_the_next_goes_on(tmp_path, clock):
+    log = open_log(tmp_path / "t-0", clock)
+    for segment in range(4):
+        append(log, keyed([(b"key%d-%d" % (segment, i), b"old") for i in range(10)]))  # 10 new keys each
+        append(log, keyed([(b"key%d-%d" % (segment, i), b"new") for i in range(10)]))
+        log.roll()
+    # Room for about 15 keys: the first segment's 10 keys fit, the second's fill the map.
+    first = cleaner.clean(log, clock.now, max_map_bytes=15 * (6 + cleaner.MAP_ENTRY_OVERHEAD))
+    assert first is not None and first.end == 40 and first.records_removed == 20
+    assert cleaner.read_checkpoint(log.directory) == 40
+    values = [v for _, _, v in contents(log)]
+    assert values.count(b"old") == 20 and values.count(b"new") == 40  # segments 2 and 3 wait
+    cleaner.clean(log, clock.now, max_map_bytes=15 * (6 + cleaner.MAP_ENTRY_OVERHEAD))
+    assert [v for _, _, v in contents(log)] == [b"new"] * 40
+    assert cleaner.read_checkpoint(log.directory) == 80

@@ -31,6 +31,9 @@ class BrokerConfig:
     # Compaction of cleanup.policy=compact topics (__consumer_offsets and __transaction_state among them).
     log_cleaner_enable: bool = True  # log.cleaner.enable
     log_cleaner_backoff_ms: int = 15000  # log.cleaner.backoff.ms: the pause between cleaning passes
+    # log.cleaner.dedupe.buffer.size: the memory one cleaning's offset map may use (a key costs its length
+    # plus ~100 bytes in CPython); a cleaning whose dirty keys do not fit stops early and the next goes on.
+    log_cleaner_dedupe_buffer_size: int = 134217728
     # segment.bytes of the internal topics when they are created (the cleaner compacts sealed segments).
     offsets_topic_segment_bytes: int = 104857600  # offsets.topic.segment.bytes
     transaction_state_log_segment_bytes: int = 104857600  # transaction.state.log.segment.bytes

@@ -21,9 +21,12 @@ log = logging.getLogger(__name__)
 
 
 class LogCleaner:
-    def __init__(self, topics: Any, backoff_ms: int) -> None:
+    def __init__(
+        self, topics: Any, backoff_ms: int, dedupe_buffer_bytes: int = cleaner.DEDUPE_BUFFER_BYTES
+    ) -> None:
         self._topics = topics
         self._backoff_s = backoff_ms / 1000.0
+        self._dedupe_buffer_bytes = dedupe_buffer_bytes
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-cleaner")
         self.cleanings = 0  # installed cleanings since start (tests and logs)
 
@@ -41,7 +44,7 @@ class LogCleaner:
             if config is None or not config.compact:
                 continue
             try:
-                cleaning = cleaner.plan(log_, wall_clock_ms())
+                cleaning = cleaner.plan(log_, wall_clock_ms(), max_map_bytes=self._dedupe_buffer_bytes)
                 if cleaning is None:
                     continue
                 loop = asyncio.get_running_loop()

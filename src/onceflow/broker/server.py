@@ -119,7 +119,9 @@ class Broker:
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._producer_expiry = asyncio.create_task(run_producer_expiry(self.topics), name="producer-expiry")
         if self.config.log_cleaner_enable:
-            self._log_cleaner = LogCleaner(self.topics, self.config.log_cleaner_backoff_ms)
+            self._log_cleaner = LogCleaner(
+                self.topics, self.config.log_cleaner_backoff_ms, self.config.log_cleaner_dedupe_buffer_size
+            )
             self._log_cleaner_task = asyncio.create_task(self._log_cleaner.run(), name="log-cleaner")
         if self.config.connections_max_idle_ms > 0:
             self._idle_expiry = asyncio.create_task(

@@ -94,6 +94,7 @@ def describe_broker_configs(config: BrokerConfig, port: int) -> list[DescribedCo
         static("log.retention.check.interval.ms", config.log_retention_check_interval_ms, TYPE_LONG),
         static("log.cleaner.enable", config.log_cleaner_enable, TYPE_BOOLEAN),
         static("log.cleaner.backoff.ms", config.log_cleaner_backoff_ms, TYPE_LONG),
+        static("log.cleaner.dedupe.buffer.size", config.log_cleaner_dedupe_buffer_size, TYPE_LONG),
         static("offsets.topic.segment.bytes", config.offsets_topic_segment_bytes, TYPE_INT),
         static("transaction.state.log.segment.bytes", config.transaction_state_log_segment_bytes, TYPE_INT),
         static("group.initial.rebalance.delay.ms", config.group_initial_rebalance_delay_ms, TYPE_INT),

@@ -33,9 +33,10 @@ off the broker's event loop:
    the end of the cleaned range.
 
 Offsets never change: a compacted log has gaps, which readers cross (a fetch at an offset that is gone
-returns the next batch). Not done (Kafka has them): a bounded offset map (``log.cleaner.dedupe.buffer.size``;
-here a dict holds every key of the dirty range), ``max.compaction.lag.ms``, and KIP-534's
-delete-horizon batch flag (tombstones and markers are timed by their batch's max timestamp instead).
+returns the next batch). The offset map is bounded by ``log.cleaner.dedupe.buffer.size`` (a cleaning
+whose dirty keys do not fit ends early; the next goes on from there). Not done (Kafka has them):
+``max.compaction.lag.ms``, and KIP-534's delete-horizon batch flag (tombstones and markers are timed by
+their batch's max timestamp instead).
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ from onceflow.protocol.records import BatchHeader
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+# log.cleaner.dedupe.buffer.size's default: the offset map's memory budget for one cleaning. A key costs
+# its length plus MAP_ENTRY_OVERHEAD bytes (a dict slot, a bytes object and an int in CPython).
+DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024
+MAP_ENTRY_OVERHEAD = 100
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _READ_CHUNK = 8 * 1024 * 1024
 
@@ -84,6 +89,8 @@ class CleaningPlan:
     last_of_producer: dict[int, tuple[int, int]]
     dirty_bytes: int
     cleanable_bytes: int
+    segment_bytes: int = 1073741824  # for regrouping when the offset map fills early
+    max_map_bytes: int = DEDUPE_BUFFER_BYTES
 
 
 @dataclass
@@ -95,6 +102,7 @@ class CleanedGroup:
 
 @dataclass
 class CleaningResult:
+    end: int  # where this cleaning stopped (the plan's end, or earlier when the offset map filled)
     groups: list[CleanedGroup] = field(default_factory=list)
     bytes_read: int = 0
     bytes_written: int = 0
@@ -116,8 +124,11 @@ def write_checkpoint(directory: Path, offset: int) -> None:
     os.replace(temp, path)  # losing it costs a repeated cleaning, never data: no fsync
 
 
-def plan(log_: Log, now_ms: int) -> CleaningPlan | None:
-    """What a cleaning of ``log_`` (a compacted ``Log``) would do now, or None when it is not due."""
+def plan(log_: Log, now_ms: int, *, max_map_bytes: int = DEDUPE_BUFFER_BYTES) -> CleaningPlan | None:
+    """What a cleaning of ``log_`` (a compacted ``Log``) would do now, or None when it is not due.
+
+    ``max_map_bytes`` bounds the offset map: when the dirty segments hold more keys than fit, the
+    cleaning stops after the segment that filled it, and the next one goes on from there."""
     config = log_.config
     segments = log_.segments
     first_uncleanable = min(segments[-1].base_offset, log_.last_stable_offset)
@@ -177,6 +188,8 @@ def plan(log_: Log, now_ms: int) -> CleaningPlan | None:
         last_of_producer=last_of_producer,
         dirty_bytes=dirty_bytes,
         cleanable_bytes=cleanable_bytes,
+        segment_bytes=config.segment_bytes,
+        max_map_bytes=max_map_bytes,
     )
 
 
@@ -198,10 +211,10 @@ def _group(sources: list[SourceSegment], segment_bytes: int) -> list[list[Source
 
 def build(cleaning: CleaningPlan) -> CleaningResult:
     """Write the cleaned file of every group (step 2 of the module docstring; safe off the event loop)."""
-    result = CleaningResult()
-    offset_map = _offset_map(cleaning)
+    offset_map, groups, end = _offset_map(cleaning)
+    result = CleaningResult(end)
     txn_has_batches: dict[int, bool] = {}  # producer id -> a batch of its open transaction stayed
-    for group in cleaning.groups:
+    for group in groups:
         base = group[0].base_offset
         path = cleaning.directory / (segment_file_name(base, LOG_SUFFIX) + CLEANED_SUFFIX)
         kept_markers: set[int] = set()
@@ -227,20 +240,35 @@ def build(cleaning: CleaningPlan) -> CleaningResult:
     return result
 
 
-def _offset_map(cleaning: CleaningPlan) -> dict[bytes, int]:
-    """Each key's last offset in the dirty segments, aborted records and markers left out."""
+def _offset_map(cleaning: CleaningPlan) -> tuple[dict[bytes, int], list[list[SourceSegment]], int]:
+    """Each key's last offset in the dirty segments, aborted records and markers left out; with the
+    groups to clean and where the cleaning ends. When the map outgrows ``max_map_bytes`` it is finished
+    for the segment at hand and the cleaning ends after that segment (a key's later offset that lies
+    beyond the end is still a later record: what it makes obsolete is obsolete)."""
     offsets: dict[bytes, int] = {}
-    for group in cleaning.groups:
-        for source in group:
-            if source.base_offset < cleaning.first_dirty:
+    used = 0
+    sources = [source for group in cleaning.groups for source in group]
+    for i, source in enumerate(sources):
+        if source.base_offset < cleaning.first_dirty:
+            continue
+        for header, view in _batches(source):
+            if header.is_control or _is_aborted(cleaning, header):
                 continue
-            for header, view in _batches(source):
-                if header.is_control or _is_aborted(cleaning, header):
-                    continue
-                for record in decode_record_objects(header, view):
-                    if record.key is not None:
-                        offsets[record.key] = record.offset
-    return offsets
+            for record in decode_record_objects(header, view):
+                key = record.key
+                if key is not None:
+                    if key not in offsets:
+                        used += len(key) + MAP_ENTRY_OVERHEAD
+                    offsets[key] = record.offset
+        if used >= cleaning.max_map_bytes and i + 1 < len(sources):
+            log.info(
+                "%s: the offset map is full (%d keys); cleaning up to offset %d this time",
+                cleaning.directory.name,
+                len(offsets),
+                sources[i + 1].base_offset,
+            )
+            return offsets, _group(sources[: i + 1], cleaning.segment_bytes), sources[i + 1].base_offset
+    return offsets, cleaning.groups, cleaning.end
 
 
 def _clean_batch(
@@ -254,7 +282,7 @@ def _clean_batch(
     """What stays of one batch: its own bytes, a rebuilt batch, or None."""
     producer_id = header.producer_id
     expired = header.max_timestamp < cleaning.delete_horizon_ms
-    must_stay = _is_last_of_producer(cleaning, header) or header.last_offset + 1 == cleaning.end
+    must_stay = _is_last_of_producer(cleaning, header) or header.last_offset + 1 == result.end
     if header.is_control:
         if not txn_has_batches.pop(producer_id, False) and expired and not must_stay:
             result.records_removed += header.record_count
@@ -337,13 +365,13 @@ def install(log_: Log, cleaning: CleaningPlan, result: CleaningResult) -> int:
             log.info("cleaning of %s stopped: its segments changed under it", cleaning.directory.name)
             return installed
         installed += 1
-    write_checkpoint(cleaning.directory, cleaning.end)
+    write_checkpoint(cleaning.directory, result.end)
     return installed
 
 
-def clean(log_: Log, now_ms: int) -> CleaningResult | None:
+def clean(log_: Log, now_ms: int, *, max_map_bytes: int = DEDUPE_BUFFER_BYTES) -> CleaningResult | None:
     """Plan, build and install in one go (tests and tools); None when no cleaning was due."""
-    cleaning = plan(log_, now_ms)
+    cleaning = plan(log_, now_ms, max_map_bytes=max_map_bytes)
     if cleaning is None:
         return None
     result = build(cleaning)
