@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onceflow.log.log import CLEANED_SUFFIX, Log
+from onceflow.log.log import CLEANED_SUFFIX, Log, write_file_atomically
 from onceflow.log.segment import LOG_SUFFIX, segment_file_name
 from onceflow.log.txn_index import AbortedTxn
 from onceflow.protocol import records
@@ -117,11 +117,8 @@ def read_checkpoint(directory: Path) -> int:
 
 
 def write_checkpoint(directory: Path, offset: int) -> None:
-    path = directory / CHECKPOINT_FILE
-    temp = path.with_name(path.name + ".tmp")
-    with open(temp, "w") as f:
-        f.write(f"{offset}\n")
-    os.replace(temp, path)  # losing it costs a repeated cleaning, never data: no fsync
+    # Losing it costs a repeated cleaning, never data: no fsync.
+    write_file_atomically(directory / CHECKPOINT_FILE, f"{offset}\n", durable=False)
 
 
 def plan(log_: Log, now_ms: int, *, max_map_bytes: int = DEDUPE_BUFFER_BYTES) -> CleaningPlan | None:

@@ -708,15 +708,22 @@ def _segment_bases(directory: Path) -> list[int]:
     return sorted(bases)
 
 
-def _write_swap_list(directory: Path, base: int, bases: list[int]) -> None:
-    path = directory / segment_file_name(base, SWAP_SUFFIX)
+def write_file_atomically(path: Path, text: str, *, durable: bool = True) -> None:
+    """Write ``text`` to a temp file and rename it over ``path``: readers see the old or the new file,
+    never half of one. ``durable`` fsyncs the file and the directory, so it also survives a power cut."""
     temp = path.with_name(path.name + ".tmp")
     with open(temp, "w") as f:
-        f.write(" ".join(map(str, bases)) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+        f.write(text)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(temp, path)
-    _fsync_directory(directory)
+    if durable:
+        _fsync_directory(path.parent)
+
+
+def _write_swap_list(directory: Path, base: int, bases: list[int]) -> None:
+    write_file_atomically(directory / segment_file_name(base, SWAP_SUFFIX), " ".join(map(str, bases)) + "\n")
 
 
 def _finish_swap(directory: Path, base: int, bases: list[int]) -> None:
@@ -787,14 +794,7 @@ def _read_log_start_offset(directory: Path) -> int:
 
 
 def _write_log_start_offset(directory: Path, offset: int) -> None:
-    path = directory / LOG_START_OFFSET_FILE
-    temp = path.with_name(path.name + ".tmp")
-    with open(temp, "w") as f:
-        f.write(f"{offset}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, path)
-    _fsync_directory(directory)
+    write_file_atomically(directory / LOG_START_OFFSET_FILE, f"{offset}\n")
 
 
 def _largest_timestamp(segment: LogSegment) -> int:
