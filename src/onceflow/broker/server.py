@@ -33,6 +33,7 @@ from onceflow.broker.handlers import HANDLERS
 from onceflow.broker.idle_connections import close_idle_connections
 from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.malloc_tuning import keep_freed_memory_for_reuse
+from onceflow.broker.open_files import raise_open_file_limit
 from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.topics import TopicManager
 from onceflow.broker.txn.pid_manager import ProducerIdManager
@@ -235,6 +236,7 @@ async def _serve_until_signalled(config: BrokerConfig) -> None:
 def run(config: BrokerConfig) -> None:
     """Run a broker until SIGTERM/SIGINT, on uvloop where installed."""
     keep_freed_memory_for_reuse()  # this is the broker's own process
+    raise_open_file_limit()  # one descriptor per partition's open segment, besides the connections
     try:
         import uvloop
     except ImportError:

@@ -32,6 +32,7 @@ from onceflow.broker.data_dir_lock import DataDirError
 from onceflow.protocol.errors import (
     InvalidPartitions,
     InvalidTopic,
+    KafkaStorageError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
@@ -317,9 +318,7 @@ class TopicManager:
         )
         if validate_only:
             return topic
-        for index in range(num_partitions):
-            self._remove_leftover_dir(name, index)
-            topic.partitions.append(self._open_partition(topic, index))
+        topic.partitions = self._open_new_partitions(topic, range(num_partitions))
         self._register(topic)
         self._persist()
         log.info(
@@ -330,6 +329,31 @@ class TopicManager:
             overrides,
         )
         return topic
+
+    def _open_new_partitions(self, topic: Topic, indexes: range) -> list[Partition]:
+        """Create the partitions ``indexes`` of ``topic``, all or none: if one cannot be made (no file
+        descriptor or disk space left), those made already are deleted and KafkaStorageError says why,
+        so the request is answered with an error and nothing half-made stays behind."""
+        opened: list[Partition] = []
+        try:
+            for index in indexes:
+                self._remove_leftover_dir(topic.name, index)
+                opened.append(self._open_partition(topic, index))
+        except OSError as exc:
+            for partition in opened:
+                try:
+                    partition.log.delete()
+                except Exception:
+                    log.exception("could not remove partition %s-%d", topic.name, partition.index)
+            failed = indexes.start + len(opened)
+            shutil.rmtree(
+                self._partition_dir(topic.name, failed), ignore_errors=True
+            )  # made by the failed open
+            log.error("cannot create partition %s-%d: %s", topic.name, failed, exc)
+            raise KafkaStorageError(
+                f"cannot create partition {topic.name}-{failed}: {exc.strerror or exc}"
+            ) from exc
+        return opened
 
     def _remove_leftover_dir(self, name: str, index: int) -> None:
         # A directory for a topic that does not exist yet is a leftover of a deletion interrupted
@@ -351,9 +375,7 @@ class TopicManager:
             )
         if validate_only:
             return topic
-        for index in range(current, total):
-            self._remove_leftover_dir(name, index)
-            topic.partitions.append(self._open_partition(topic, index))
+        topic.partitions.extend(self._open_new_partitions(topic, range(current, total)))
         self._persist()
         log.info("topic %s now has %d partitions", name, total)
         return topic

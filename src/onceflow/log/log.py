@@ -150,23 +150,36 @@ class Log:
         bases = _segment_bases(directory)
         _remove_leftovers(directory, set(bases))
         now = clock_ms()
-        segments = []
-        for i, base in enumerate(bases):
-            is_active = i == len(bases) - 1
-            segments.append(
-                LogSegment.open(
-                    directory, base, config.index_interval_bytes, now, recover=is_active and not clean
+        segments: list[LogSegment] = []
+        result = None
+        try:
+            for i, base in enumerate(bases):
+                is_active = i == len(bases) - 1
+                segments.append(
+                    LogSegment.open(
+                        directory, base, config.index_interval_bytes, now, recover=is_active and not clean
+                    )
                 )
-            )
-        if not segments:
-            segments.append(LogSegment.open(directory, 0, config.index_interval_bytes, now, recover=False))
-        state = ProducerStateManager(directory.name, producer_id_expiration_ms=producer_id_expiration_ms)
-        deleted_below = min(_read_log_start_offset(directory), segments[-1].next_offset)
-        result = cls(directory, config, clock_ms, segments, state, deleted_below)
-        # A crash between writing the log start and deleting the segments below it leaves them here.
-        result._delete_oldest(result._below_log_start, "records deleted below the log start")
-        start, end = result.log_start_offset, result.log_end_offset
-        replayed = result._replay_producer_state(state.load_latest(directory, start, end, now_ms=now))
+            if not segments:
+                segments.append(
+                    LogSegment.open(directory, 0, config.index_interval_bytes, now, recover=False)
+                )
+            state = ProducerStateManager(directory.name, producer_id_expiration_ms=producer_id_expiration_ms)
+            deleted_below = min(_read_log_start_offset(directory), segments[-1].next_offset)
+            result = cls(directory, config, clock_ms, segments, state, deleted_below)
+            # A crash between writing the log start and deleting the segments below it leaves them here.
+            result._delete_oldest(result._below_log_start, "records deleted below the log start")
+            start, end = result.log_start_offset, result.log_end_offset
+            replayed = result._replay_producer_state(state.load_latest(directory, start, end, now_ms=now))
+        except BaseException:
+            # Out of file descriptors or a bad disk: give back what was opened, or every failed open
+            # would leak descriptors until the process has none left.
+            if result is not None:
+                result.abandon()
+            else:
+                for segment in segments:
+                    segment.close()
+            raise
         if new:
             log.debug("created log %s", directory)  # a new partition: nothing to recover or report
             return result
