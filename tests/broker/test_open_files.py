@@ -103,3 +103,25 @@ def test_out_of_descriptors_is_an_error_answer_and_the_broker_goes_on(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_data_dir_whose_partitions_cannot_all_be_opened_is_refused_by_name(tmp_path):
+    from onceflow.broker.data_dir_lock import DataDirUnusable
+    from onceflow.broker.topics import _default_log_opener
+
+    topics = TopicManager(tmp_path)
+    topics.load()
+    topics.create_topic("t", 4)
+    topics.close()
+    opened = []
+
+    def opener(directory: Path, overrides):
+        if len(opened) == 3:
+            raise OSError(errno.EMFILE, "Too many open files")
+        opened.append(_default_log_opener(directory, overrides))
+        return opened[-1]
+
+    restarted = TopicManager(tmp_path, log_opener=opener)
+    with pytest.raises(DataDirUnusable, match=r"t-3: Too many open files \(each partition holds"):
+        restarted.load()
+    assert all(log._closed for log in opened) and restarted.get("t") is None

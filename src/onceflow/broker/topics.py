@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import json
 import logging
 import os
 import re
+import resource
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from onceflow.broker.data_dir_lock import DataDirError
+from onceflow.broker.data_dir_lock import DataDirError, DataDirUnusable
 from onceflow.protocol.errors import (
     InvalidPartitions,
     InvalidTopic,
@@ -130,6 +132,17 @@ class Topic:
         }
 
 
+def _cannot_open_message(directory: Path, exc: OSError) -> str:
+    message = f"cannot open partition {directory}: {exc.strerror or exc}"
+    if exc.errno == errno.EMFILE:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        message += (
+            f" (each partition holds a file descriptor per segment and the limit is {soft}: "
+            "raise it with `ulimit -n` or the service's LimitNOFILE)"
+        )
+    return message
+
+
 class DataDirDamaged(DataDirError):
     """A file of the data dir that the broker wrote itself cannot be read back."""
 
@@ -218,7 +231,15 @@ class TopicManager:
                 directory = self._partition_dir(name, index)
                 if not directory.exists():
                     log.warning("%s: no directory for partition %s-%d; it starts empty", path, name, index)
-                topic.partitions.append(self._open_partition(topic, index))
+                try:
+                    topic.partitions.append(self._open_partition(topic, index))
+                except OSError as exc:
+                    # Give back what is open: a broker that failed to start may live on (tests, tools).
+                    for opened in [*topic.partitions, *self.partitions()]:
+                        opened.log.abandon()
+                    self._topics.clear()
+                    self._by_id.clear()
+                    raise DataDirUnusable(_cannot_open_message(directory, exc)) from exc
             self._register(topic)
         if upgraded:
             self._persist()
