@@ -219,3 +219,46 @@ def test_an_unknown_cleanup_policy_is_refused(tmp_path):
             assert broker.topics.get("x") is None
 
     asyncio.run(scenario())
+
+
+class _DeadWorker:
+    def submit(self, *args, **kwargs):
+        from concurrent.futures.process import BrokenProcessPool
+
+        raise BrokenProcessPool("the worker died")
+
+    def shutdown(self, **kwargs):
+        pass
+
+
+def _compacted_log_due_for_cleaning(broker):
+    broker.topics.create_topic("kv", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"})
+    log = broker.topics.get_partition("kv", 0).log
+    from tests.log.test_log_cleaner import append, keyed
+
+    append(log, keyed([(b"k", b"1"), (b"k", b"2")]))
+    log.roll()
+    return log
+
+
+def test_a_dead_cleaner_worker_is_replaced_and_no_process_means_a_thread(tmp_path, monkeypatch):
+    from onceflow.broker import log_cleaner
+
+    async def scenario():
+        async with running_broker(tmp_path, log_cleaner_enable=False) as broker:
+            log = _compacted_log_due_for_cleaning(broker)
+            lc = log_cleaner.LogCleaner(broker.topics, backoff_ms=1000)
+            lc._executor = _DeadWorker()
+            assert await lc.clean_once() == 0 and lc._executor is None  # dropped, the log untouched
+            assert log.size_in_bytes > 0 and cleaner.plan(log, int(time.time() * 1000)) is not None
+
+            def no_processes(*args, **kwargs):
+                raise OSError("no processes here")
+
+            monkeypatch.setattr(log_cleaner, "ProcessPoolExecutor", no_processes)
+            assert await lc.clean_once() == 1  # on a thread
+            assert type(lc._executor).__name__ == "ThreadPoolExecutor"
+            lc.close()
+            assert cleaner.plan(log, int(time.time() * 1000)) is None
+
+    asyncio.run(scenario())
