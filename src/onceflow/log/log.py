@@ -107,6 +107,8 @@ class Log:
         segments: list[LogSegment],
         producer_state: ProducerStateManager,
         log_start_offset: int = 0,
+        *,
+        clean: bool = False,
     ) -> None:
         self.directory = directory
         self.config = config
@@ -115,7 +117,11 @@ class Log:
         self._bases = [segment.base_offset for segment in segments]
         # Set by DeleteRecords; the first segment's base wins when retention has gone past it.
         self._deleted_below = log_start_offset
-        self._unflushed: set[LogSegment] = set(segments[-1:])
+        # What flush() must fsync: the segments written since the last flush, and the directory when files
+        # came or went. After a clean shutdown everything is on disk already, so closing a partition that
+        # was never written costs no fsync but the marker's (stopping 3,000 idle partitions took 9 s).
+        self._unflushed: set[LogSegment] = set() if clean else set(segments[-1:])
+        self._directory_changed = not clean
         self._closed = False
         self.producer_state = producer_state
         self.producer_snapshot_interval_bytes = PRODUCER_SNAPSHOT_INTERVAL_BYTES
@@ -166,7 +172,7 @@ class Log:
                 )
             state = ProducerStateManager(directory.name, producer_id_expiration_ms=producer_id_expiration_ms)
             deleted_below = min(_read_log_start_offset(directory), segments[-1].next_offset)
-            result = cls(directory, config, clock_ms, segments, state, deleted_below)
+            result = cls(directory, config, clock_ms, segments, state, deleted_below, clean=clean)
             # A crash between writing the log start and deleting the segments below it leaves them here.
             result._delete_oldest(result._below_log_start, "records deleted below the log start")
             start, end = result.log_start_offset, result.log_end_offset
@@ -320,6 +326,7 @@ class Log:
     def _take_periodic_snapshot(self) -> None:
         """Bound what a crash makes recovery replay; keep only the newest two inside the active segment."""
         self._bytes_since_snapshot = 0
+        self._directory_changed = True
         self.producer_state.take_snapshot(self.directory)
         delete_snapshots_inside_segment(self.directory, self._bases[-1])
 
@@ -430,6 +437,7 @@ class Log:
             self._roll_at(self.log_end_offset, self._clock_ms())
 
     def _roll_at(self, base_offset: int, now: int) -> LogSegment:
+        self._directory_changed = True
         old = self._segments[-1]
         old.write_indexes()
         old.release_reserved()
@@ -504,6 +512,7 @@ class Log:
     def _delete_oldest(self, should_delete: Callable[[LogSegment], bool], reason: str) -> int:
         count = 0
         while len(self._segments) > 1 and should_delete(self._segments[0]):
+            self._directory_changed = True
             segment = self._segments.pop(0)
             self._bases.pop(0)
             self._unflushed.discard(segment)
@@ -577,6 +586,7 @@ class Log:
         """Remove everything from ``offset`` on (from the start of the batch holding it)."""
         if offset >= self.log_end_offset:
             return
+        self._directory_changed = True
         now = self._clock_ms()
         while self._segments and self._segments[-1].base_offset >= offset:
             segment = self._segments.pop()
@@ -662,11 +672,15 @@ class Log:
     # --- durability and lifecycle ---
 
     def flush(self) -> None:
-        """fsync every segment written since the last flush, with its indexes, and the directory."""
+        """fsync every segment written since the last flush, with its indexes, and the directory (when
+        anything was written or files came or went)."""
+        if not self._unflushed and not self._directory_changed:
+            return
         for segment in list(self._unflushed):
             segment.flush()
             self._txn_indexes[segment.base_offset].flush()
-        self._unflushed = {self._segments[-1]}
+        self._unflushed = set()
+        self._directory_changed = False
         _fsync_directory(self.directory)
 
     def close(self) -> None:
