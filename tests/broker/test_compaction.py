@@ -16,6 +16,7 @@ from onceflow.client.consumer import AsyncConsumer
 from onceflow.client.consumer import TopicPartition as TP
 from onceflow.log import cleaner
 from onceflow.protocol.errors import InvalidConfig
+from onceflow.protocol.record_codec import split_batches
 
 from .raw_client import running_broker
 
@@ -260,5 +261,61 @@ def test_a_dead_cleaner_worker_is_replaced_and_no_process_means_a_thread(tmp_pat
             assert type(lc._executor).__name__ == "ThreadPoolExecutor"
             lc.close()
             assert cleaner.plan(log, int(time.time() * 1000)) is None
+
+    asyncio.run(scenario())
+
+
+async def _read_all_with_aiokafka(port: int, topic: str, end: int) -> list[tuple[int, bytes, bytes]]:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as AioTP
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=f"127.0.0.1:{port}", enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    out: list[tuple[int, bytes, bytes]] = []
+    try:
+        consumer.assign([AioTP(topic, 0)])
+        deadline = time.monotonic() + 20
+        while await consumer.position(AioTP(topic, 0)) < end and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                out.extend((r.offset, r.key, r.value) for r in records)
+    finally:
+        await consumer.stop()
+    return out
+
+
+def _produce_idempotent(port: int, topic: str, key: bytes, value: bytes) -> None:
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True})
+    producer.produce(topic, key=key, value=value)
+    assert producer.flush(10) == 0
+
+
+def test_every_client_reads_past_an_emptied_producer_batch(tmp_path):
+    """A producer's last batch stays, empty, when newer records replace all of it (its sequence state):
+    librdkafka, aiokafka, kafka-python and our consumer all go on past it."""
+
+    async def scenario():
+        async with running_broker(tmp_path, log_cleaner_backoff_ms=50) as broker:
+            broker.topics.create_topic(
+                "emptied", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"}
+            )
+            log = broker.topics.get_partition("emptied", 0).log
+            await asyncio.to_thread(_produce_idempotent, broker.port, "emptied", b"k", b"first")  # 0
+            await asyncio.to_thread(_produce_idempotent, broker.port, "emptied", b"k", b"second")  # 1
+            assert await asyncio.to_thread(_produce, broker.port, "emptied", [(b"j", b"x")]) == []  # 2
+            log.roll()
+            assert await asyncio.to_thread(_produce, broker.port, "emptied", [(b"z", b"tail")]) == []  # 3
+            deadline = time.monotonic() + 20
+            while broker._log_cleaner.cleanings == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            first = split_batches(log.read(0, 1 << 20))
+            header, _ = next(iter(first))
+            assert (header.base_offset, header.record_count) == (0, 0)  # the first producer's, emptied
+            expected = [(1, b"k", b"second"), (2, b"j", b"x"), (3, b"z", b"tail")]
+            assert await asyncio.to_thread(_read_all, broker.port, "emptied", 4) == expected
+            assert await _read_all_with_aiokafka(broker.port, "emptied", 4) == expected
+            assert await asyncio.to_thread(_read_all_with_kafka_python, broker.port, "emptied", 4) == expected
+            assert await _read_all_with_onceflow(broker.port, "emptied", 4) == expected
 
     asyncio.run(scenario())
