@@ -26,7 +26,23 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104857600  # socket.request.max.bytes (100 MB)
     # A connection that reads and writes nothing for this long is closed (negative: never).
     connections_max_idle_ms: int = 600000  # connections.max.idle.ms (10 minutes)
-    message_max_bytes: int = 1048588  # message.max.bytes: default of a topic's max.message.bytes
+    # Defaults of the topic configs for topics that do not set their own (Kafka's broker names; the
+    # topic config each one backs is in TOPIC_CONFIG_DEFAULTS_FROM). `onceflow serve` also takes
+    # log.retention.hours / log.retention.minutes and log.roll.hours, as Kafka does.
+    message_max_bytes: int = 1048588  # message.max.bytes -> max.message.bytes
+    log_segment_bytes: int = 1073741824  # log.segment.bytes -> segment.bytes
+    log_roll_ms: int = 604800000  # log.roll.ms -> segment.ms
+    log_retention_ms: int = 604800000  # log.retention.ms -> retention.ms (-1: keep for ever)
+    log_retention_bytes: int = -1  # log.retention.bytes -> retention.bytes
+    log_index_interval_bytes: int = 4096  # log.index.interval.bytes -> index.interval.bytes
+    log_index_size_max_bytes: int = 10485760  # log.index.size.max.bytes -> segment.index.bytes
+    log_message_timestamp_type: str = "CreateTime"  # log.message.timestamp.type -> message.timestamp.type
+    log_cleanup_policy: str = "delete"  # log.cleanup.policy -> cleanup.policy
+    log_cleaner_delete_retention_ms: int = 86400000  # log.cleaner.delete.retention.ms -> delete.retention.ms
+    log_cleaner_min_cleanable_ratio: float = (
+        0.5  # log.cleaner.min.cleanable.ratio -> min.cleanable.dirty.ratio
+    )
+    log_cleaner_min_compaction_lag_ms: int = 0  # log.cleaner.min.compaction.lag.ms -> min.compaction.lag.ms
     log_retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms
     # Compaction of cleanup.policy=compact topics (__consumer_offsets and __transaction_state among them).
     log_cleaner_enable: bool = True  # log.cleaner.enable
@@ -63,6 +79,7 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
+        self._check_topic_config_defaults()
         if self.connections_max_idle_ms == 0:
             raise ValueError("connections.max.idle.ms must be positive (or negative: never close), not 0")
         for name in ("offsets_topic_segment_bytes", "transaction_state_log_segment_bytes"):
@@ -86,3 +103,38 @@ class BrokerConfig:
                 f"transaction.version must be {MIN_TRANSACTION_VERSION}..{MAX_TRANSACTION_VERSION}, "
                 f"not {self.transaction_version}"
             )
+
+    def topic_config_defaults(self) -> dict[str, str]:
+        """Every topic config's value for a topic that does not set it: this broker's settings."""
+        return {name: _text(getattr(self, attr)) for name, attr in TOPIC_CONFIG_DEFAULTS_FROM.items()}
+
+    def _check_topic_config_defaults(self) -> None:
+        from onceflow.log.config import LogConfig
+        from onceflow.protocol.errors import InvalidConfig
+
+        for name, attr in TOPIC_CONFIG_DEFAULTS_FROM.items():
+            try:
+                LogConfig.from_topic_configs({name: _text(getattr(self, attr))})
+            except InvalidConfig as exc:
+                raise ValueError(f"{attr.replace('_', '.')}: {exc}") from None
+
+
+# Topic config -> the BrokerConfig field that is its default (Kafka's broker config of that name).
+TOPIC_CONFIG_DEFAULTS_FROM = {
+    "segment.bytes": "log_segment_bytes",
+    "segment.ms": "log_roll_ms",
+    "retention.ms": "log_retention_ms",
+    "retention.bytes": "log_retention_bytes",
+    "index.interval.bytes": "log_index_interval_bytes",
+    "segment.index.bytes": "log_index_size_max_bytes",
+    "message.timestamp.type": "log_message_timestamp_type",
+    "max.message.bytes": "message_max_bytes",
+    "cleanup.policy": "log_cleanup_policy",
+    "delete.retention.ms": "log_cleaner_delete_retention_ms",
+    "min.cleanable.dirty.ratio": "log_cleaner_min_cleanable_ratio",
+    "min.compaction.lag.ms": "log_cleaner_min_compaction_lag_ms",
+}
+
+
+def _text(value: object) -> str:
+    return str(value)

@@ -60,6 +60,7 @@ class Broker:
             node_id=config.node_id,
             log_opener=log_opener,
             config_validator=config_validator,
+            topic_defaults=config.topic_config_defaults(),
             internal_topic_configs={
                 "__consumer_offsets": {"segment.bytes": str(config.offsets_topic_segment_bytes)},
                 "__transaction_state": {"segment.bytes": str(config.transaction_state_log_segment_bytes)},

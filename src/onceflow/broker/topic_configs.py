@@ -37,33 +37,38 @@ class DescribedConfig:
     source: int
     config_type: int
     read_only: bool = False
-    # (source, value) pairs, most specific first: Kafka's "synonyms".
-    synonyms: tuple[tuple[int, str], ...] = ()
+    # (source, value) pairs, most specific first: Kafka's "synonyms"; a third element names a synonym
+    # whose config name differs (a broker default: log.retention.ms for retention.ms).
+    synonyms: tuple[tuple, ...] = ()
 
 
-def topic_defaults() -> dict[str, str]:
+def topic_defaults(config: BrokerConfig | None = None) -> dict[str, str]:
+    """Each topic config's value where a topic sets none: the broker's (``config``), else Kafka's."""
     from onceflow.log.config import TOPIC_CONFIG_DEFAULTS
 
-    return dict(TOPIC_CONFIG_DEFAULTS)
+    return config.topic_config_defaults() if config is not None else dict(TOPIC_CONFIG_DEFAULTS)
 
 
-def describe_topic_configs(overrides: Mapping[str, str]) -> list[DescribedConfig]:
+def describe_topic_configs(
+    overrides: Mapping[str, str], config: BrokerConfig | None = None
+) -> list[DescribedConfig]:
+    """A topic's configs as Kafka describes them: its own overrides (TOPIC_CONFIG), else the broker's
+    setting where it differs from Kafka's default (STATIC_BROKER_CONFIG, synonym named by the broker
+    config, e.g. log.retention.ms), else the default, each with the synonyms below it."""
+    from onceflow.broker.config import TOPIC_CONFIG_DEFAULTS_FROM
+
+    broker = topic_defaults(config)
     described = []
     for name, default in topic_defaults().items():
         config_type = TOPIC_CONFIG_TYPES.get(name, TYPE_STRING)
-        default_synonym = (SOURCE_DEFAULT_CONFIG, default)
+        synonyms: tuple[tuple, ...] = ((SOURCE_DEFAULT_CONFIG, default),)
+        if broker[name] != default:
+            broker_name = TOPIC_CONFIG_DEFAULTS_FROM[name].replace("_", ".")
+            synonyms = ((SOURCE_STATIC_BROKER_CONFIG, broker[name], broker_name), *synonyms)
         if name in overrides:
-            value = str(overrides[name])
-            synonyms = ((SOURCE_TOPIC_CONFIG, value), default_synonym)
-            described.append(
-                DescribedConfig(name, value, SOURCE_TOPIC_CONFIG, config_type, synonyms=synonyms)
-            )
-        else:
-            described.append(
-                DescribedConfig(
-                    name, default, SOURCE_DEFAULT_CONFIG, config_type, synonyms=(default_synonym,)
-                )
-            )
+            synonyms = ((SOURCE_TOPIC_CONFIG, str(overrides[name])), *synonyms)
+        value, source = synonyms[0][1], synonyms[0][0]
+        described.append(DescribedConfig(name, value, source, config_type, synonyms=synonyms))
     return described
 
 

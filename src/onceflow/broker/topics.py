@@ -200,12 +200,15 @@ class TopicManager:
         log_opener: Callable[[Path, Mapping[str, str]], Any] | None = None,
         config_validator: Callable[[Mapping[str, str]], None] | None = None,
         internal_topic_configs: Mapping[str, Mapping[str, str]] | None = None,
+        topic_defaults: Mapping[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.node_id = node_id
         # Per internal topic, settings on top of INTERNAL_TOPIC_CONFIGS from the broker config
         # (offsets.topic.segment.bytes, transaction.state.log.segment.bytes).
         self._internal_topic_configs = internal_topic_configs or {}
+        # The broker's defaults of topic configs (log.retention.ms, ...), under each topic's overrides.
+        self._topic_defaults = dict(topic_defaults or {})
         self._open_log = log_opener or _default_log_opener
         self._validate_configs = config_validator or _default_config_validator
         self._topics: dict[str, Topic] = {}
@@ -277,8 +280,14 @@ class TopicManager:
 
     def _open_partition(self, topic: Topic, index: int) -> Partition:
         return Partition(
-            topic.name, index, self._open_log(self._partition_dir(topic.name, index), topic.configs)
+            topic.name,
+            index,
+            self._open_log(self._partition_dir(topic.name, index), self.effective_configs(topic)),
         )
+
+    def effective_configs(self, topic: Topic) -> dict[str, str]:
+        """The topic's overrides on top of the broker's defaults: what its logs run with."""
+        return {**self._topic_defaults, **topic.configs}
 
     def _register(self, topic: Topic) -> None:
         self._topics[topic.name] = topic
@@ -421,7 +430,7 @@ class TopicManager:
         for partition in topic.partitions:
             reconfigure = getattr(partition.log, "reconfigure", None)  # a test's log may have none
             if reconfigure is not None:
-                config = config or LogConfig.from_topic_configs(new)
+                config = config or LogConfig.from_topic_configs(self.effective_configs(topic))
                 reconfigure(config)
         self._persist()
         log.info("topic %s configs are now %s", name, new)

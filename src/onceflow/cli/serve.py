@@ -20,7 +20,7 @@ def broker_config(host: str, port: int, data_dir: Path, faults: dict[str, str], 
 
     fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
     kwargs: dict = {"host": host, "port": port, "data_dir": data_dir}
-    for name, raw in overrides.items():
+    for name, raw in _in_milliseconds(overrides).items():
         field_name = name.replace(".", "_").replace("-", "_")
         if field_name not in fields or field_name in ("faults", "data_dir", "host", "port"):
             settable = sorted(
@@ -41,6 +41,30 @@ def broker_config(host: str, port: int, data_dir: Path, faults: dict[str, str], 
         return BrokerConfig(**kwargs)
     except ValueError as exc:  # a value out of range, e.g. transaction.version=3
         raise click.BadParameter(str(exc), param_hint="--config")
+
+
+# Kafka's coarser names for two broker times, in the order Kafka prefers them (ms, minutes, hours).
+_TIME_SYNONYMS = {
+    "log.retention.ms": (("log.retention.minutes", 60_000), ("log.retention.hours", 3_600_000)),
+    "log.roll.ms": (("log.roll.hours", 3_600_000),),
+}
+
+
+def _in_milliseconds(overrides: dict[str, str]) -> dict[str, str]:
+    """``log.retention.hours=24`` as ``log.retention.ms=86400000`` (a negative time: -1, for ever), and
+    so on; an explicit ``.ms`` wins, as in Kafka."""
+    result = dict(overrides)
+    for ms_name, coarser in _TIME_SYNONYMS.items():
+        for name, unit_ms in coarser:
+            raw = result.pop(name, None)
+            if raw is None or ms_name in result:
+                continue
+            try:
+                value = int(raw)
+            except ValueError:
+                raise click.BadParameter(f"{name} must be an integer, not {raw!r}", param_hint="--config")
+            result[ms_name] = str(value * unit_ms if value >= 0 else -1)
+    return result
 
 
 def dev_overrides(overrides: dict[str, str]) -> dict[str, str]:

@@ -82,7 +82,7 @@ def _create(ctx: RequestContext, topic, validate_only: bool) -> _Result:
             _Config(
                 name=c.name, value=c.value, read_only=c.read_only, config_source=c.source, is_sensitive=False
             )
-            for c in describe_topic_configs(created.configs)
+            for c in describe_topic_configs(created.configs, ctx.config)
         ],
     )
 

@@ -33,7 +33,7 @@ def _configs_of(ctx: RequestContext, resource) -> list[DescribedConfig]:
         topic = ctx.topics.get(resource.resource_name)
         if topic is None:
             raise UnknownTopicOrPartition(f"topic {resource.resource_name!r} does not exist")
-        return describe_topic_configs(topic.configs)
+        return describe_topic_configs(topic.configs, ctx.config)
     if resource.resource_type == RESOURCE_BROKER:
         if resource.resource_name not in ("", str(ctx.config.node_id)):
             raise InvalidRequest(
@@ -45,7 +45,10 @@ def _configs_of(ctx: RequestContext, resource) -> list[DescribedConfig]:
 
 def _entry(config: DescribedConfig, include_synonyms: bool) -> _Entry:
     synonyms = (
-        [_Synonym(name=config.name, value=v, source=s) for s, v in config.synonyms]
+        [
+            _Synonym(name=syn[2] if len(syn) > 2 else config.name, value=syn[1], source=syn[0])
+            for syn in config.synonyms
+        ]
         if include_synonyms
         else []
     )

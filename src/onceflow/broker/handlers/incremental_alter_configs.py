@@ -76,7 +76,7 @@ def answer_resources(ctx: RequestContext, request, response_cls, new_overrides_f
 async def handle(
     ctx: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
-    defaults = topic_defaults()
+    defaults = topic_defaults(ctx.config)
 
     def new_overrides_for(resource):
         operations = [(c.name, c.config_operation, c.value) for c in resource.configs or []]
