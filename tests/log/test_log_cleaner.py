@@ -373,3 +373,16 @@ def test_a_full_offset_map_ends_the_cleaning_early_and_the_next_goes_on(tmp_path
     cleaner.clean(log, clock.now, max_map_bytes=15 * (6 + cleaner.MAP_ENTRY_OVERHEAD))
     assert [v for _, _, v in contents(log)] == [b"new"] * 40
     assert cleaner.read_checkpoint(log.directory) == 80
+
+
+def test_max_compaction_lag_cleans_below_the_dirty_ratio(tmp_path, clock):
+    log = open_log(tmp_path / "t-0", clock, min_cleanable_dirty_ratio=0.9, max_compaction_lag_ms=DAY_MS)
+    append(log, keyed([(b"k%d" % i, b"v" * 100) for i in range(20)], timestamp=clock.now))
+    log.roll()
+    cleaner.clean(log, clock.now)
+    append(log, keyed([(b"k0", b"new")], timestamp=clock.now))  # a small dirty tail
+    log.roll()
+    assert cleaner.clean(log, clock.now) is None  # below the ratio, and young
+    clock.now += DAY_MS + 1
+    assert cleaner.clean(log, clock.now) is not None  # it waited max.compaction.lag.ms
+    assert [v for _, k, v in contents(log) if k == b"k0"] == [b"new"]

@@ -43,6 +43,9 @@ class BrokerConfig:
         0.5  # log.cleaner.min.cleanable.ratio -> min.cleanable.dirty.ratio
     )
     log_cleaner_min_compaction_lag_ms: int = 0  # log.cleaner.min.compaction.lag.ms -> min.compaction.lag.ms
+    log_cleaner_max_compaction_lag_ms: int = (
+        2**63 - 1
+    )  # log.cleaner.max.compaction.lag.ms -> max.compaction.lag.ms
     log_retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms
     # Compaction of cleanup.policy=compact topics (__consumer_offsets and __transaction_state among them).
     log_cleaner_enable: bool = True  # log.cleaner.enable
@@ -133,6 +136,7 @@ TOPIC_CONFIG_DEFAULTS_FROM = {
     "delete.retention.ms": "log_cleaner_delete_retention_ms",
     "min.cleanable.dirty.ratio": "log_cleaner_min_cleanable_ratio",
     "min.compaction.lag.ms": "log_cleaner_min_compaction_lag_ms",
+    "max.compaction.lag.ms": "log_cleaner_max_compaction_lag_ms",
 }
 
 

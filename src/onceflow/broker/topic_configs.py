@@ -27,6 +27,7 @@ TOPIC_CONFIG_TYPES = {
     "delete.retention.ms": TYPE_LONG,
     "min.cleanable.dirty.ratio": TYPE_DOUBLE,
     "min.compaction.lag.ms": TYPE_LONG,
+    "max.compaction.lag.ms": TYPE_LONG,
 }
 
 

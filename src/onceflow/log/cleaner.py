@@ -10,7 +10,8 @@ off the broker's event loop:
    transaction's records are never compacted) and the base of the first segment with a record younger
    than ``min.compaction.lag.ms``. Of those, the ones at or after the cleaner checkpoint (where the last
    cleaning ended, ``cleaner-offset-checkpoint`` in the partition directory) are *dirty*. Nothing is done
-   until the dirty bytes are ``min.cleanable.dirty.ratio`` of the cleanable bytes.
+   until the dirty bytes are ``min.cleanable.dirty.ratio`` of the cleanable bytes, or the first dirty
+   record waited ``max.compaction.lag.ms``.
 2. :func:`build` (anywhere: it reads the segment files through descriptors of its own and writes new
    files, touching no ``Log`` state): the offset map (each key's last offset in the dirty segments) and
    then, per group of consecutive cleanable segments up to ``segment.bytes`` together, one
@@ -34,9 +35,9 @@ off the broker's event loop:
 
 Offsets never change: a compacted log has gaps, which readers cross (a fetch at an offset that is gone
 returns the next batch). The offset map is bounded by ``log.cleaner.dedupe.buffer.size`` (a cleaning
-whose dirty keys do not fit ends early; the next goes on from there). Not done (Kafka has them):
-``max.compaction.lag.ms``, and KIP-534's delete-horizon batch flag (tombstones and markers are timed by
-their batch's max timestamp instead).
+whose dirty keys do not fit ends early; the next goes on from there). Not done (Kafka has it):
+KIP-534's delete-horizon batch flag (tombstones and markers are timed by their batch's max timestamp
+instead).
 """
 
 from __future__ import annotations
@@ -147,7 +148,11 @@ def plan(log_: Log, now_ms: int, *, max_map_bytes: int = DEDUPE_BUFFER_BYTES) ->
         first_dirty = cleanable[0].base_offset  # a checkpoint from before a truncation or retention
     cleanable_bytes = sum(s.size for s in cleanable)
     dirty_bytes = sum(s.size for s in cleanable if s.base_offset >= first_dirty)
-    if dirty_bytes == 0 or dirty_bytes < config.min_cleanable_dirty_ratio * cleanable_bytes:
+    if dirty_bytes == 0:
+        return None
+    if dirty_bytes < config.min_cleanable_dirty_ratio * cleanable_bytes and not _overdue(
+        cleanable, first_dirty, now_ms, config.max_compaction_lag_ms
+    ):
         return None
     sources = [
         SourceSegment(
@@ -188,6 +193,18 @@ def plan(log_: Log, now_ms: int, *, max_map_bytes: int = DEDUPE_BUFFER_BYTES) ->
         segment_bytes=config.segment_bytes,
         max_map_bytes=max_map_bytes,
     )
+
+
+def _overdue(cleanable: list, first_dirty: int, now_ms: int, max_lag_ms: int) -> bool:
+    """Whether the oldest dirty record waited max.compaction.lag.ms (Kafka's rule: then the log is
+    cleaned whatever its dirty ratio). The first dirty batch's first timestamp stands for it."""
+    if max_lag_ms >= now_ms:
+        return False  # the default (Long.MAX_VALUE): never
+    for segment in cleanable:
+        if segment.base_offset >= first_dirty and segment.size:
+            for _position, header in segment.headers(0):
+                return header.base_timestamp <= now_ms - max_lag_ms
+    return False
 
 
 def _group(sources: list[SourceSegment], segment_bytes: int) -> list[list[SourceSegment]]:

@@ -27,6 +27,7 @@ _TOPIC_CONFIGS: dict[str, tuple[str, str, int | None]] = {
     "delete.retention.ms": ("delete_retention_ms", "int", 0),
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", "ratio", None),
     "min.compaction.lag.ms": ("min_compaction_lag_ms", "int", 0),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", "int", 1),
 }
 _INT32_CONFIGS = frozenset(
     {"segment.bytes", "index.interval.bytes", "segment.index.bytes", "max.message.bytes"}
@@ -50,6 +51,8 @@ class LogConfig:
     delete_retention_ms: int = 86400000
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
+    # A record older than this is compacted even while the dirty ratio is below the minimum.
+    max_compaction_lag_ms: int = _INT64_MAX
 
     @classmethod
     def from_topic_configs(cls, configs: Mapping[str, str | int | None]) -> LogConfig:
