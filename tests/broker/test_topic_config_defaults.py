@@ -85,3 +85,11 @@ def test_topics_use_the_broker_defaults_under_their_own_overrides(tmp_path: Path
             await client.close()
 
     asyncio.run(scenario())
+
+
+def test_the_broker_describes_its_topic_defaults():
+    from onceflow.broker.topic_configs import describe_broker_configs
+
+    described = {c.name: c.value for c in describe_broker_configs(BrokerConfig(log_retention_ms=5000), 9092)}
+    assert described["log.retention.ms"] == "5000"
+    assert described["log.cleanup.policy"] == "delete" and described["message.max.bytes"] == "1048588"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from onceflow.broker.config import BrokerConfig
+from onceflow.broker.config import TOPIC_CONFIG_DEFAULTS_FROM, BrokerConfig
 
 # Kafka's DescribeConfigsResponse.ConfigSource.
 SOURCE_TOPIC_CONFIG = 1
@@ -56,8 +56,6 @@ def describe_topic_configs(
     """A topic's configs as Kafka describes them: its own overrides (TOPIC_CONFIG), else the broker's
     setting where it differs from Kafka's default (STATIC_BROKER_CONFIG, synonym named by the broker
     config, e.g. log.retention.ms), else the default, each with the synonyms below it."""
-    from onceflow.broker.config import TOPIC_CONFIG_DEFAULTS_FROM
-
     broker = topic_defaults(config)
     described = []
     for name, default in topic_defaults().items():
@@ -96,7 +94,10 @@ def describe_broker_configs(config: BrokerConfig, port: int) -> list[DescribedCo
         static("default.replication.factor", config.default_replication_factor, TYPE_SHORT),
         static("auto.create.topics.enable", config.auto_create_topics_enable, TYPE_BOOLEAN),
         static("socket.request.max.bytes", config.socket_request_max_bytes, TYPE_INT),
-        static("message.max.bytes", config.message_max_bytes, TYPE_INT),
+        *(
+            static(attr.replace("_", "."), getattr(config, attr), TOPIC_CONFIG_TYPES.get(name, TYPE_STRING))
+            for name, attr in TOPIC_CONFIG_DEFAULTS_FROM.items()
+        ),
         static("log.retention.check.interval.ms", config.log_retention_check_interval_ms, TYPE_LONG),
         static("log.cleaner.enable", config.log_cleaner_enable, TYPE_BOOLEAN),
         static("log.cleaner.backoff.ms", config.log_cleaner_backoff_ms, TYPE_LONG),
