@@ -376,9 +376,8 @@ class TopicManager:
                 except Exception:
                     log.exception("could not remove partition %s-%d", topic.name, partition.index)
             failed = indexes.start + len(opened)
-            shutil.rmtree(
-                self._partition_dir(topic.name, failed), ignore_errors=True
-            )  # made by the failed open
+            # The failed open may have made its directory already.
+            shutil.rmtree(self._partition_dir(topic.name, failed), ignore_errors=True)
             log.error("cannot create partition %s-%d: %s", topic.name, failed, exc)
             raise KafkaStorageError(
                 f"cannot create partition {topic.name}-{failed}: {exc.strerror or exc}"
