@@ -109,17 +109,17 @@ class BrokerConfig:
 
     def topic_config_defaults(self) -> dict[str, str]:
         """Every topic config's value for a topic that does not set it: this broker's settings."""
-        return {name: _text(getattr(self, attr)) for name, attr in TOPIC_CONFIG_DEFAULTS_FROM.items()}
+        return {name: str(getattr(self, attr)) for name, attr in TOPIC_CONFIG_DEFAULTS_FROM.items()}
 
     def _check_topic_config_defaults(self) -> None:
         from onceflow.log.config import LogConfig
         from onceflow.protocol.errors import InvalidConfig
 
-        for name, attr in TOPIC_CONFIG_DEFAULTS_FROM.items():
+        for name, value in self.topic_config_defaults().items():
             try:
-                LogConfig.from_topic_configs({name: _text(getattr(self, attr))})
+                LogConfig.from_topic_configs({name: value})
             except InvalidConfig as exc:
-                raise ValueError(f"{attr.replace('_', '.')}: {exc}") from None
+                raise ValueError(f"{TOPIC_CONFIG_DEFAULTS_FROM[name].replace('_', '.')}: {exc}") from None
 
 
 # Topic config -> the BrokerConfig field that is its default (Kafka's broker config of that name).
@@ -138,7 +138,3 @@ TOPIC_CONFIG_DEFAULTS_FROM = {
     "min.compaction.lag.ms": "log_cleaner_min_compaction_lag_ms",
     "max.compaction.lag.ms": "log_cleaner_max_compaction_lag_ms",
 }
-
-
-def _text(value: object) -> str:
-    return str(value)
