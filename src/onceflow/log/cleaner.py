@@ -164,16 +164,11 @@ def plan(log_: Log, now_ms: int, *, max_map_bytes: int = DEDUPE_BUFFER_BYTES) ->
         )
         for s in cleanable
     ]
+    # Every aborted transaction with records in the cleanable range, its marker there or later (possibly
+    # in the active segment): what a read_committed fetch of the range would be told.
     aborted: dict[int, list[tuple[int, int]]] = {}
-    for source in sources:
-        for txn in source.aborted:
-            aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
-    # An aborted transaction with records in the cleanable range has its marker below the LSO, possibly
-    # in the active segment: ask the log for those too.
     for txn in log_.collect_aborted_transactions(cleanable[0].base_offset, end):
-        ranges = aborted.setdefault(txn.producer_id, [])
-        if (txn.first_offset, txn.last_offset) not in ranges:
-            ranges.append((txn.first_offset, txn.last_offset))
+        aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
     for ranges in aborted.values():
         ranges.sort()
     last_of_producer = {
