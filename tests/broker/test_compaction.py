@@ -120,7 +120,7 @@ def _produce(port: int, topic: str, records: list[tuple[bytes | None, bytes]]) -
     return errors
 
 
-def _read_all(port: int, topic: str, end: int) -> list[tuple[int, bytes, bytes]]:
+def _read_all(port: int, topic: str, end: int, timestamps: bool = False) -> list[tuple]:
     consumer = Consumer(
         {
             "bootstrap.servers": f"127.0.0.1:{port}",
@@ -130,7 +130,7 @@ def _read_all(port: int, topic: str, end: int) -> list[tuple[int, bytes, bytes]]
         }
     )
     consumer.assign([TopicPartition(topic, 0, 0)])
-    out: list[tuple[int, bytes, bytes]] = []
+    out: list[tuple] = []
     deadline = time.monotonic() + 20
     try:
         while time.monotonic() < deadline:
@@ -139,7 +139,9 @@ def _read_all(port: int, topic: str, end: int) -> list[tuple[int, bytes, bytes]]
                 if consumer.position([TopicPartition(topic, 0)])[0].offset >= end:
                     break
                 continue
-            out.append((message.offset(), message.key(), message.value()))
+            out.append(
+                (message.offset(), message.key(), message.value(), message.timestamp()[1])[: 3 + timestamps]
+            )
             if message.offset() >= end - 1:
                 break
     finally:
@@ -147,8 +149,8 @@ def _read_all(port: int, topic: str, end: int) -> list[tuple[int, bytes, bytes]]
     return out
 
 
-async def _read_all_with_onceflow(port: int, topic: str, end: int) -> list[tuple[int, bytes, bytes]]:
-    out: list[tuple[int, bytes, bytes]] = []
+async def _read_all_with_onceflow(port: int, topic: str, end: int, timestamps: bool = False) -> list[tuple]:
+    out: list[tuple] = []
     async with AsyncConsumer(
         bootstrap_servers=f"127.0.0.1:{port}", enable_auto_commit=False, auto_offset_reset="earliest"
     ) as consumer:
@@ -156,11 +158,11 @@ async def _read_all_with_onceflow(port: int, topic: str, end: int) -> list[tuple
         deadline = time.monotonic() + 20
         while await consumer.position(TP(topic, 0)) < end and time.monotonic() < deadline:
             for records in (await consumer.getmany(timeout_ms=200)).values():
-                out.extend((r.offset, r.key, r.value) for r in records)
+                out.extend((r.offset, r.key, r.value, r.timestamp)[: 3 + timestamps] for r in records)
     return out
 
 
-def _read_all_with_kafka_python(port: int, topic: str, end: int) -> list[tuple[int, bytes, bytes]]:
+def _read_all_with_kafka_python(port: int, topic: str, end: int, timestamps: bool = False) -> list[tuple]:
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KafkaTP
 
@@ -168,12 +170,12 @@ def _read_all_with_kafka_python(port: int, topic: str, end: int) -> list[tuple[i
         bootstrap_servers=f"127.0.0.1:{port}", enable_auto_commit=False, auto_offset_reset="earliest"
     )
     consumer.assign([KafkaTP(topic, 0)])
-    out: list[tuple[int, bytes, bytes]] = []
+    out: list[tuple] = []
     deadline = time.monotonic() + 20
     try:
         while consumer.position(KafkaTP(topic, 0)) < end and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=200).values():
-                out.extend((r.offset, r.key, r.value) for r in records)
+                out.extend((r.offset, r.key, r.value, r.timestamp)[: 3 + timestamps] for r in records)
     finally:
         consumer.close()
     return out
@@ -265,7 +267,7 @@ def test_a_dead_cleaner_worker_is_replaced_and_no_process_means_a_thread(tmp_pat
     asyncio.run(scenario())
 
 
-async def _read_all_with_aiokafka(port: int, topic: str, end: int) -> list[tuple[int, bytes, bytes]]:
+async def _read_all_with_aiokafka(port: int, topic: str, end: int, timestamps: bool = False) -> list[tuple]:
     from aiokafka import AIOKafkaConsumer
     from aiokafka import TopicPartition as AioTP
 
@@ -273,13 +275,13 @@ async def _read_all_with_aiokafka(port: int, topic: str, end: int) -> list[tuple
         bootstrap_servers=f"127.0.0.1:{port}", enable_auto_commit=False, auto_offset_reset="earliest"
     )
     await consumer.start()
-    out: list[tuple[int, bytes, bytes]] = []
+    out: list[tuple] = []
     try:
         consumer.assign([AioTP(topic, 0)])
         deadline = time.monotonic() + 20
         while await consumer.position(AioTP(topic, 0)) < end and time.monotonic() < deadline:
             for records in (await consumer.getmany(timeout_ms=200)).values():
-                out.extend((r.offset, r.key, r.value) for r in records)
+                out.extend((r.offset, r.key, r.value, r.timestamp)[: 3 + timestamps] for r in records)
     finally:
         await consumer.stop()
     return out
@@ -317,5 +319,53 @@ def test_every_client_reads_past_an_emptied_producer_batch(tmp_path):
             assert await _read_all_with_aiokafka(broker.port, "emptied", 4) == expected
             assert await asyncio.to_thread(_read_all_with_kafka_python, broker.port, "emptied", 4) == expected
             assert await _read_all_with_onceflow(broker.port, "emptied", 4) == expected
+
+    asyncio.run(scenario())
+
+
+def _produce_at(port: int, topic: str, records: list[tuple[bytes, bytes | None, int]]) -> None:
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 0})
+    for key, value, timestamp in records:
+        producer.produce(topic, key=key, value=value, timestamp=timestamp)
+        producer.flush(10)  # one batch each
+    assert producer.flush(10) == 0
+
+
+def test_a_delete_with_an_old_timestamp_outlives_compaction_and_every_client_reads_its_horizon_batch(
+    tmp_path,
+):
+    """KIP-534: a tombstone produced with a timestamp older than delete.retention.ms (a replay) stays
+    after the cleaning that finds it, which gives its batch a delete horizon (the base timestamp becomes
+    the horizon; the records keep their timestamps as deltas from it). librdkafka, aiokafka,
+    kafka-python and our consumer all read the delete and each record's own timestamp."""
+    old = int(time.time() * 1000) - 30 * DAY_MS
+
+    async def scenario():
+        async with running_broker(tmp_path, log_cleaner_backoff_ms=50) as broker:
+            broker.topics.create_topic(
+                "replay", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0"}
+            )
+            log = broker.topics.get_partition("replay", 0).log
+            started = int(time.time() * 1000)
+            writes = [(b"k", b"v", old), (b"k", None, old + 1), (b"j", b"x", old + 2)]
+            await asyncio.to_thread(_produce_at, broker.port, "replay", writes)  # 0, 1, 2
+            log.roll()
+            await asyncio.to_thread(_produce_at, broker.port, "replay", [(b"z", b"tail", old + 3)])  # 3
+            deadline = time.monotonic() + 20
+            while broker._log_cleaner.cleanings == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            headers = [header for header, _ in split_batches(log.read(0, 1 << 20))]
+            assert [h.base_offset for h in headers] == [1, 2]  # the cleaned segment
+            assert headers[0].delete_horizon_ms is not None
+            # The cleaning's time plus delete.retention.ms (1 day by default), not the record's time.
+            assert started + DAY_MS <= headers[0].delete_horizon_ms <= int(time.time() * 1000) + DAY_MS
+            expected = [(1, b"k", None, old + 1), (2, b"j", b"x", old + 2), (3, b"z", b"tail", old + 3)]
+            assert await asyncio.to_thread(_read_all, broker.port, "replay", 4, True) == expected
+            assert await _read_all_with_aiokafka(broker.port, "replay", 4, True) == expected
+            assert (
+                await asyncio.to_thread(_read_all_with_kafka_python, broker.port, "replay", 4, True)
+                == expected
+            )
+            assert await _read_all_with_onceflow(broker.port, "replay", 4, True) == expected
 
     asyncio.run(scenario())

@@ -140,6 +140,52 @@ def test_tombstones_outlive_their_key_by_delete_retention_ms(tmp_path, clock):
     assert contents(log) == [(1, b"keep", b"v"), (3, b"later", b"v")]
 
 
+def test_a_tombstone_with_an_old_timestamp_stays_delete_retention_ms_after_compaction_finds_it(
+    tmp_path, clock
+):
+    # KIP-534. A replay of old events (or a producer whose clock is behind) writes a delete whose
+    # timestamp is already older than delete.retention.ms: it must still be readable for that long.
+    log = open_log(tmp_path / "t-0", clock)
+    old = clock.now - 30 * DAY_MS
+    append(log, keyed([(b"k", b"v"), (b"keep", b"v")], timestamp=old))  # 0, 1
+    append(log, keyed([(b"k", None), (b"n", b"1")], timestamp=old + 5))  # 2: the delete, 3
+    log.roll()
+    cleaner.clean(log, clock.now)
+    assert contents(log) == [(1, b"keep", b"v"), (2, b"k", None), (3, b"n", b"1")]
+    raw = log.read(2, 1 << 20)
+    header = records.read_header(raw)
+    assert (header.base_offset, header.delete_horizon_ms) == (2, clock.now + DAY_MS)
+    # The records keep their own timestamps (deltas from the horizon); max timestamp is unchanged.
+    assert [r.timestamp for r in DefaultRecordBatch(bytes(raw[: header.size]))] == [old + 5, old + 5]
+    assert header.max_timestamp == old + 5
+    # A cleaning before the horizon keeps it, and keeps the horizon it set.
+    clock.now += DAY_MS - 1
+    append(log, keyed([(b"n", b"2")]))  # 4
+    log.roll()
+    cleaner.clean(log, clock.now)
+    assert contents(log) == [(1, b"keep", b"v"), (2, b"k", None), (4, b"n", b"2")]
+    assert records.read_header(log.read(2, 1 << 20)).delete_horizon_ms == clock.now + 1
+    # The first cleaning at or past it removes the tombstone.
+    clock.now += 1
+    append(log, keyed([(b"n", b"3")]))  # 5
+    log.roll()
+    cleaner.clean(log, clock.now)
+    assert contents(log) == [(1, b"keep", b"v"), (5, b"n", b"3")]
+
+
+def test_batches_without_tombstones_get_no_delete_horizon(tmp_path, clock):
+    log = open_log(tmp_path / "t-0", clock)
+    append(log, keyed([(b"a", b"1"), (b"b", b"1")], timestamp=clock.now - 5))  # 0, 1
+    append(log, keyed([(b"a", b"2")], timestamp=clock.now))  # 2
+    log.roll()
+    cleaner.clean(log, clock.now)
+    raw = log.read(0, 1 << 20)
+    header = records.read_header(raw)
+    # The rebuilt batch's base timestamp is its first record's again, as a producer would write it.
+    assert (header.base_offset, header.delete_horizon_ms, header.base_timestamp) == (0, None, clock.now - 5)
+    assert [r.timestamp for r in DefaultRecordBatch(bytes(raw[: header.size]))] == [clock.now - 5]
+
+
 def test_compressed_batches_keep_their_codec(tmp_path, clock):
     log = open_log(tmp_path / "t-0", clock)
     append(log, keyed([(b"a", b"1"), (b"b", b"1"), (b"a", b"2")], compression=1))  # gzip
@@ -183,10 +229,23 @@ def test_markers_go_once_their_transaction_has_nothing_left(tmp_path, clock):
     log.roll()
     cleaner.clean(log, clock.now)
     batches = [records.read_header(raw) for raw in _batches(log.read(0, 1 << 20))]
-    # Offset 0 was replaced by offset 2 and its marker is old: both went. The second transaction
-    # (the producer's last batch) and its marker stay.
-    assert [(h.base_offset, h.is_control) for h in batches] == [(2, False), (3, True)]
-    assert contents(log) == [(2, b"k", b"2")]
+    # Offset 0 was replaced by offset 2. Its marker is no longer needed, but however old its timestamp,
+    # it stays delete.retention.ms from now (its delete horizon), so that a read_committed consumer
+    # reading now still sees the transaction end.
+    assert [(h.base_offset, h.is_control, h.delete_horizon_ms) for h in batches] == [
+        (1, True, clock.now + DAY_MS),
+        (2, False, None),
+        (3, True, None),
+    ]
+    clock.now += DAY_MS
+    append(log, keyed([(b"other", b"v")]))  # 4
+    log.roll()
+    cleaner.clean(log, clock.now)
+    batches = [records.read_header(raw) for raw in _batches(log.read(0, 1 << 20))]
+    # Past its horizon, the marker went. The second transaction (the producer's last batch) and its
+    # marker stay.
+    assert [(h.base_offset, h.is_control) for h in batches] == [(2, False), (3, True), (4, False)]
+    assert contents(log) == [(2, b"k", b"2"), (4, b"other", b"v")]
 
 
 def test_an_open_transaction_holds_cleaning_below_it(tmp_path, clock):
@@ -331,9 +390,12 @@ def test_the_last_batch_of_a_cleaning_stays_so_the_range_still_meets_the_next_se
     log = open_log(tmp_path / "t-0", clock)
     append(log, keyed([(b"k", b"v")]))  # 0
     log.roll()
-    append(log, keyed([(b"k", None)], timestamp=clock.now - 2 * DAY_MS))  # 1: an expired tombstone
+    append(log, keyed([(b"k", None)]))  # 1: a tombstone, which the first cleaning gives a horizon
     log.roll()
     append(log, keyed([(b"j", b"x")]))  # 2: active
+    cleaner.clean(log, clock.now)
+    clock.now += DAY_MS  # the horizon: a cleaning of the same range now removes the tombstone
+    cleaner.write_checkpoint(log.directory, 0)
     cleaner.clean(log, clock.now)
     assert contents(log) == [(2, b"j", b"x")]
     header = records.read_header(log.read(0, 1 << 20))

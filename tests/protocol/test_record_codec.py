@@ -16,7 +16,15 @@ from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
 from onceflow.protocol.compression import CompressionType
 from onceflow.protocol.errors import CorruptMessage, UnsupportedCompressionType, UnsupportedForMessageFormat
-from onceflow.protocol.record_codec import ProducerRecord, Record, decode_batches, encode_batch
+from onceflow.protocol.record_codec import (
+    ProducerRecord,
+    Record,
+    decode_batches,
+    decode_record_objects,
+    encode_batch,
+    rebuild_batch,
+    split_batches,
+)
 from onceflow.protocol.records import build_control_batch, validate_produce_records
 
 TS = 1_700_000_000_000
@@ -190,3 +198,37 @@ def test_broker_produce_validation_accepts_our_batches(codec):
     validated = validate_produce_records(first + second)
     assert [h.record_count for h, _view in validated] == [4, 1]
     assert [h.compression for h, _view in validated] == [codec, codec]
+
+
+@pytest.mark.parametrize("codec", list(CompressionType), ids=lambda c: c.name)
+def test_rebuilt_batch_without_a_horizon_is_the_batch_a_producer_would_write(codec):
+    # rebuild_batch writes records itself (so that it can set a delete horizon): with all records kept
+    # and no horizon, its bytes must be the original encoder's.
+    original = encode_batch(SAMPLE[:3], compression=codec, base_offset=42, producer_id=9, producer_epoch=2)
+    header, view = next(split_batches(original))
+    rebuilt = rebuild_batch(header, decode_record_objects(header, view))
+    assert rebuilt == original
+
+
+@pytest.mark.parametrize("codec", list(CompressionType), ids=lambda c: c.name)
+def test_a_delete_horizon_keeps_every_records_timestamp(codec):
+    # KIP-534: the base timestamp becomes the horizon and record timestamps become deltas from it.
+    original = encode_batch(SAMPLE[:3], compression=codec, base_offset=42)
+    header, view = next(split_batches(original))
+    rebuilt = rebuild_batch(
+        header, decode_record_objects(header, view)[1:], delete_horizon_ms=TS + 86_400_000
+    )
+    batch = _decode_one(rebuilt)
+    assert batch.header.delete_horizon_ms == TS + 86_400_000
+    assert batch.header.max_timestamp == header.max_timestamp
+    assert batch.header.compression == codec
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in batch.records] == [
+        (43, TS + 5, None, b"value with null key"),
+        (44, TS + 2, b"tombstone", None),
+    ]
+    # A reader that knows nothing of horizons (aiokafka's) computes the same timestamps.
+    if codec == CompressionType.NONE:
+        assert [r.timestamp for r in DefaultRecordBatch(rebuilt)] == [TS + 5, TS + 2]
+    # A second rebuild keeps the horizon.
+    again = rebuild_batch(batch.header, decode_record_objects(*next(split_batches(rebuilt)))[1:])
+    assert _decode_one(again).header.delete_horizon_ms == TS + 86_400_000

@@ -18,12 +18,17 @@ off the broker's event loop:
    ``<base>.log.cleaned`` file holding what each record rule keeps:
 
    - a record with a newer record of its key in the map goes, as does a record without a key;
-   - a tombstone (null value) goes once its batch is older than ``delete.retention.ms``, so a consumer
-     reading from the start within that time still sees the delete;
+   - a tombstone (null value) stays ``delete.retention.ms`` after the first cleaning that found it, so
+     a consumer reading from the start within that time still sees the delete. That cleaning writes the
+     time it may go into its batch (KIP-534's delete horizon: the base timestamp, with attribute bit
+     6; the records keep their timestamps), and a later cleaning past that time removes it. Timing it
+     by the records' own timestamps would remove a delete produced with an old timestamp (a replay,
+     a producer with a slow clock) at the very first cleaning, before any consumer could read it;
    - the records of an aborted transaction go (and never enter the map: an aborted value must not
      shadow a committed one);
-   - a transaction marker goes once no batch of its transaction is left and it is older than
-     ``delete.retention.ms``, else it stays, and with it the transaction's aborted-index entry;
+   - a transaction marker goes once no batch of its transaction is left and its own delete horizon
+     (set, as for tombstones, by the first cleaning that found it unneeded) has passed; else it stays,
+     and with it the transaction's aborted-index entry;
    - a batch keeps its base offset, offset range and producer fields, and a producer's last batch (the
      one the producer state remembers, or the marker of its epoch when it has none) stays even when all
      its records go, as an empty batch: the sequence numbers and epoch read back from the log on a
@@ -35,9 +40,7 @@ off the broker's event loop:
 
 Offsets never change: a compacted log has gaps, which readers cross (a fetch at an offset that is gone
 returns the next batch). The offset map is bounded by ``log.cleaner.dedupe.buffer.size`` (a cleaning
-whose dirty keys do not fit ends early; the next goes on from there). Not done (Kafka has it):
-KIP-534's delete-horizon batch flag (tombstones and markers are timed by their batch's max timestamp
-instead).
+whose dirty keys do not fit ends early; the next goes on from there).
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ class CleaningPlan:
     groups: list[list[SourceSegment]]
     first_dirty: int  # the checkpoint: segments at or after it are dirty
     end: int  # the base of the first segment not cleaned: the next checkpoint
-    delete_horizon_ms: int  # tombstones and markers of batches older than this may go
+    now_ms: int  # when the cleaning was planned: tombstones and markers whose delete horizon passed go
+    delete_retention_ms: int  # the delete horizon a batch gets when its tombstones or marker could go
     aborted: dict[int, list[tuple[int, int]]]  # producer id -> (first, last offset) of aborted txns
     # producer id -> (last offset of its last data batch or -1, its epoch), for the active producers
     last_of_producer: dict[int, tuple[int, int]]
@@ -180,7 +184,8 @@ def plan(log_: Log, now_ms: int, *, max_map_bytes: int = DEDUPE_BUFFER_BYTES) ->
         groups=_group(sources, config.segment_bytes),
         first_dirty=first_dirty,
         end=end,
-        delete_horizon_ms=now_ms - config.delete_retention_ms,
+        now_ms=now_ms,
+        delete_retention_ms=config.delete_retention_ms,
         aborted=aborted,
         last_of_producer=last_of_producer,
         dirty_bytes=dirty_bytes,
@@ -198,7 +203,8 @@ def _overdue(cleanable: list, first_dirty: int, now_ms: int, max_lag_ms: int) ->
     for segment in cleanable:
         if segment.base_offset >= first_dirty and segment.size:
             for _position, header in segment.headers(0):
-                return header.base_timestamp <= now_ms - max_lag_ms
+                first = header.max_timestamp if header.has_delete_horizon else header.base_timestamp
+                return first <= now_ms - max_lag_ms
     return False
 
 
@@ -290,12 +296,21 @@ def _clean_batch(
 ) -> bytes | memoryview | None:
     """What stays of one batch: its own bytes, a rebuilt batch, or None."""
     producer_id = header.producer_id
-    expired = header.max_timestamp < cleaning.delete_horizon_ms
+    # KIP-534: a tombstone or an unneeded marker is only removed once its batch's delete horizon has
+    # passed. The horizon is set (now + delete.retention.ms) by the first cleaning that finds them, so
+    # a delete stays readable that long after compaction met it, whatever timestamp the producer gave.
+    horizon = header.delete_horizon_ms
+    past_horizon = horizon is not None and horizon <= cleaning.now_ms
+    new_horizon = cleaning.now_ms + cleaning.delete_retention_ms
     must_stay = _is_last_of_producer(cleaning, header) or header.last_offset + 1 == result.end
     if header.is_control:
-        if not txn_has_batches.pop(producer_id, False) and expired and not must_stay:
+        if txn_has_batches.pop(producer_id, False):
+            return view  # its transaction still has records: the marker is needed
+        if past_horizon and not must_stay:
             result.records_removed += header.record_count
             return None
+        if horizon is None:
+            return rebuild_batch(header, decode_record_objects(header, view), delete_horizon_ms=new_horizon)
         return view
     if header.is_transactional and _is_aborted(cleaning, header):
         retained = []
@@ -305,13 +320,14 @@ def _clean_batch(
             for record in decode_record_objects(header, view)
             if record.key is not None
             and offset_map.get(record.key, record.offset) <= record.offset
-            and not (record.value is None and expired)
+            and not (record.value is None and past_horizon)
         ]
     result.records_removed += header.record_count - len(retained)
-    if len(retained) == header.record_count:
+    set_horizon = horizon is None and any(record.value is None for record in retained)
+    if len(retained) == header.record_count and not set_horizon:
         kept: bytes | memoryview | None = view
     elif retained or must_stay:
-        kept = rebuild_batch(header, retained)
+        kept = rebuild_batch(header, retained, delete_horizon_ms=new_horizon if set_horizon else None)
     else:
         kept = None
     if kept is not None and header.is_transactional:

@@ -380,7 +380,8 @@ class LogSegment:
             if header.timestamp_type == 1:
                 return first, header.max_timestamp
             if header.compression:
-                if header.base_timestamp >= timestamp:
+                # The base timestamp is the first record's, unless compaction made it a delete horizon.
+                if not header.has_delete_horizon and header.base_timestamp >= timestamp:
                     return first, header.base_timestamp
                 return first, header.max_timestamp
             batch = self._pread_exact(header.size, position)

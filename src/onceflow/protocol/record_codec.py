@@ -2,8 +2,10 @@
 
 The broker's produce path never comes here (it works on headers only, see ``protocol.records``).
 Record encoding and decoding use aiokafka's Cython ``DefaultRecordBatchBuilder`` / ``DefaultRecordBatch``
-(5-15x faster than pure Python), but compression is ours (``protocol.compression``): we build the
-batch uncompressed, compress the records section and rewrite the header. That keeps the codec quirks
+(5-15x faster than pure Python), except in ``rebuild_batch`` (log compaction), which writes its records
+itself so that it can set a delete horizon as the base timestamp. Compression is ours
+(``protocol.compression``): we build the batch uncompressed, compress the records section and rewrite
+the header. That keeps the codec quirks
 (xerial snappy, independent lz4 blocks, zstd without content size) in one place, and the batch always
 carries the codec asked for (aiokafka's builder silently falls back to none when compression does not
 shrink the data).
@@ -29,8 +31,10 @@ from onceflow.protocol.records import (
     COMPRESSION_MASK,
     CONTROL_TYPE_ABORT,
     CONTROL_TYPE_COMMIT,
+    DELETE_HORIZON_FLAG,
     LOG_OVERHEAD,
     BatchHeader,
+    encode_varint,
     read_header,
 )
 
@@ -158,7 +162,7 @@ def encode_batch(
     return bytes(batch)
 
 
-def rebuild_batch(header: BatchHeader, retained: list) -> bytes:
+def rebuild_batch(header: BatchHeader, retained: list, *, delete_horizon_ms: int | None = None) -> bytes:
     """The batch that ``header`` heads, holding only ``retained`` (some of its records, as
     :func:`decode_record_objects` returns them, in order): what log compaction writes back.
 
@@ -166,29 +170,34 @@ def rebuild_batch(header: BatchHeader, retained: list) -> bytes:
     read from it), its producer id, epoch and base sequence, its attributes, codec, partition leader
     epoch and max timestamp; only the records and the base timestamp change. With nothing retained it
     is an empty batch, the header alone, which is how Kafka's cleaner keeps a producer's last batch.
+
+    ``delete_horizon_ms`` sets KIP-534's delete horizon: the base timestamp becomes the horizon (the
+    time after which the cleaner may remove the batch's tombstones or its marker) and the attributes
+    say so; every record keeps its own timestamp, as a delta from that base (negative, usually), which
+    is how every reader computes it. A batch that already has a horizon keeps it.
     """
     codec = header.compression
-    if retained:
-        builder = DefaultRecordBatchBuilder(
-            2, 0, 0, header.producer_id, header.producer_epoch, header.base_sequence, _NO_SIZE_LIMIT
-        )
-        base = header.base_offset
-        for record in retained:
-            builder.append(record.offset - base, record.timestamp, record.key, record.value, record.headers)
-        out = builder.build()
-        base_timestamp = _INT64.unpack_from(out, 27)[0]
-    else:
-        out = bytearray(BATCH_HEADER_SIZE)
-        _INT32.pack_into(out, _BATCH_LENGTH_POS, BATCH_HEADER_SIZE - LOG_OVERHEAD)
-        out[16] = 2  # magic
+    attributes = header.attributes & ~COMPRESSION_MASK
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_FLAG
+        base_timestamp = delete_horizon_ms
+    elif header.has_delete_horizon or not retained:
         base_timestamp = header.base_timestamp
+    else:
+        base_timestamp = retained[0].timestamp
+    out = bytearray(BATCH_HEADER_SIZE)
+    for record in retained:
+        _append_record(out, record, header.base_offset, base_timestamp)
+    if not retained:
         codec = CompressionType.NONE  # no records section to compress
     _INT64.pack_into(out, 0, header.base_offset)
+    _INT32.pack_into(out, _BATCH_LENGTH_POS, len(out) - LOG_OVERHEAD)
     _INT32.pack_into(out, 12, header.partition_leader_epoch)
+    out[16] = 2  # magic
     _HEADER_AFTER_CRC.pack_into(
         out,
         _ATTRIBUTES_POS,
-        header.attributes & ~COMPRESSION_MASK,
+        attributes,
         header.last_offset_delta,
         base_timestamp,
         header.max_timestamp,
@@ -201,6 +210,31 @@ def rebuild_batch(header: BatchHeader, retained: list) -> bytes:
         return bytes(_compress_batch(out, codec))  # sets the codec bit and the CRC
     _UINT32.pack_into(out, _CRC_POS, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_POS:]))
     return bytes(out)
+
+
+def _append_record(out: bytearray, record: Any, base_offset: int, base_timestamp: int) -> None:
+    """One DefaultRecord (length, attributes, timestampDelta, offsetDelta, key, value, headers) of a
+    decoded record, its deltas taken from the given bases. aiokafka's builder takes its base timestamp
+    from the first record, so it cannot write a batch with a delete horizon."""
+    body = bytearray(b"\x00")  # record attributes: unused
+    body += encode_varint(record.timestamp - base_timestamp)
+    body += encode_varint(record.offset - base_offset)
+    _append_bytes(body, record.key)
+    _append_bytes(body, record.value)
+    body += encode_varint(len(record.headers))
+    for name, value in record.headers:
+        _append_bytes(body, name.encode() if isinstance(name, str) else name)
+        _append_bytes(body, value)
+    out += encode_varint(len(body))
+    out += body
+
+
+def _append_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        out += encode_varint(-1)
+    else:
+        out += encode_varint(len(data))
+        out += data
 
 
 def _as_bytes(data: Any, what: str) -> bytes | None:

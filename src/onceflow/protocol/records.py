@@ -98,6 +98,16 @@ class BatchHeader(NamedTuple):
         return bool(self.attributes & CONTROL_FLAG)
 
     @property
+    def has_delete_horizon(self) -> bool:
+        """Whether the base timestamp is KIP-534's delete horizon (set by log compaction) rather than
+        the first record's timestamp."""
+        return bool(self.attributes & DELETE_HORIZON_FLAG)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_FLAG else None
+
+    @property
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
 
