@@ -34,6 +34,7 @@ __all__ = [
     "kill_all",
     "tansu_binary",
     "cpu_seconds",
+    "machine_cpu_seconds",
     "Measurement",
     "measure",
     "median",
@@ -57,11 +58,20 @@ def cpu_seconds(pid: int | str = "self") -> float:
     return (utime + stime) / _CLOCK_TICKS
 
 
+def machine_cpu_seconds() -> tuple[float, float]:
+    """``(all, idle)`` CPU seconds of the whole machine since boot, from /proc/stat (idle counts iowait
+    too: time in which no CPU had anything to run)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return sum(ticks) / _CLOCK_TICKS, (ticks[3] + ticks[4]) / _CLOCK_TICKS
+
+
 @dataclass(frozen=True)
 class Measurement:
     seconds: float
     broker_cpu_s: float
     client_cpu_s: float
+    machine_idle_fraction: float  # of all CPUs over the phase, whoever ran
 
 
 class measure:  # noqa: N801 - used as a context manager, reads like a verb
@@ -74,6 +84,7 @@ class measure:  # noqa: N801 - used as a context manager, reads like a verb
     def __enter__(self) -> measure:
         self._broker0 = cpu_seconds(self.broker_pid)
         self._client0 = cpu_seconds()
+        self._machine0 = machine_cpu_seconds()
         self._t0 = time.perf_counter()
         return self
 
@@ -83,7 +94,13 @@ class measure:  # noqa: N801 - used as a context manager, reads like a verb
             seconds=elapsed,
             broker_cpu_s=cpu_seconds(self.broker_pid) - self._broker0,
             client_cpu_s=cpu_seconds() - self._client0,
+            machine_idle_fraction=_idle_fraction(self._machine0, machine_cpu_seconds()),
         )
+
+
+def _idle_fraction(before: tuple[float, float], after: tuple[float, float]) -> float:
+    total = after[0] - before[0]
+    return (after[1] - before[1]) / total if total > 0 else 0.0
 
 
 def median(values: list[float]) -> float:

@@ -20,7 +20,8 @@ transaction (begin, 1,000 sends, commit), measured two ways:
   per transaction when the machine is kept busy — the quantity issue 4's target is about ("overhead
   per transaction, not per record"). Processes rather than threads, so that no producer waits for
   another's GIL (with threads, the idempotent ones, which never block, lost more to it than the
-  transactional ones, which wait for commits, and the ratio came out above 1).
+  transactional ones, which wait for commits, and the ratio came out above 1). The same processes run
+  against Tansu and against the mock cluster as references.
 
 Every producer is set up and warmed up before its timed part (one acknowledged record, or one
 committed one-record transaction): librdkafka's idempotent producer sends nothing for its first ~0.5 s,
@@ -33,9 +34,10 @@ a third, and the concurrent ratio comes out near 1 for that reason alone.
 
 A confluent-kafka consumer then reads the single-producer transactional topic back with
 read_uncommitted and with read_committed, timed from the moment it is connected (its set-up is the
-same for both and was a noisy share of a ~0.4 s phase), ``CONSUME_REPEATS`` times each per round. Contenders run interleaved in ABBA order, at least three
-rounds. Reported: the medians with the broker's CPU seconds per GB, the ratios of the medians, the
-median of each round's own ratio (steadier when the machine's load drifts), and how long
+same for both and was a noisy share of a ~0.4 s phase), ``CONSUME_REPEATS`` times each per round.
+Contenders run interleaved in ABBA order, at least three rounds. Reported: the medians with the
+broker's CPU seconds per GB and the share of the machine's CPU time left idle, the ratios of the
+medians, the median of each round's own ratio (steadier when the machine's load drifts), and how long
 commit_transaction() took (median, p90). Targets (issue 4): transactional / idempotent >= 0.95,
 read_committed / read_uncommitted >= 0.95, onceflow / Tansu transactional >= 1.0.
 """
@@ -281,14 +283,15 @@ def timed(samples: dict, key: str, broker, records: int, job, prepare=None) -> N
     with measure(broker.pid if broker is not None else os.getpid()) as m:
         job()
     r = m.result
-    samples.setdefault(key, {"rate": [], "cpu": []})
+    samples.setdefault(key, {"rate": [], "cpu": [], "idle": []})
     samples[key]["rate"].append(records / r.seconds)
+    samples[key]["idle"].append(r.machine_idle_fraction)
     if broker is not None:
         samples[key]["cpu"].append(r.broker_cpu_s / (records * RECORD_BYTES / 1e9))
     progress(
         f"  {key:40s} {records / r.seconds:>10,.0f} rec/s"
         + (f"  broker {r.broker_cpu_s:6.2f} cpu-s" if broker is not None else "")
-        + f"  ({r.seconds:.2f} s)"
+        + f"  ({r.seconds:.2f} s, machine {r.machine_idle_fraction:.0%} idle)"
     )
 
 
@@ -357,6 +360,13 @@ def run_round(
         if "tansu" in brokers:
             single("tansu.produce_transactional", brokers["tansu"], "transactional", commits_of="tansu")
 
+    def tansu_concurrent() -> None:
+        # Another broker's reference for the concurrent phases (native, multi-threaded): how idle
+        # the machine sits while the producers wait on their commits is the client's doing, not ours.
+        if "tansu" in brokers:
+            for mode in ("idempotent", "transactional") if round_no % 2 else ("transactional", "idempotent"):
+                concurrent(mode, brokers["tansu"], "tansu")
+
     def mock_idempotent() -> None:
         single("mock.produce_idempotent", None, "idempotent")
 
@@ -369,6 +379,7 @@ def run_round(
         concurrent_idempotent,
         concurrent_transactional,
         tansu_transactional,
+        tansu_concurrent,
         mock_idempotent,
         mock_transactional,
         mock_concurrent,
@@ -426,6 +437,10 @@ def summarize(samples: dict, records: int, rounds: int, quick: bool, producers: 
             f"mock.produce_transactional.{many}",
             f"mock.produce_idempotent.{many}",
         ),
+        f"tansu transactional/idempotent, {producers} producers": (
+            f"tansu.produce_transactional.{many}",
+            f"tansu.produce_idempotent.{many}",
+        ),
         "onceflow read_committed/read_uncommitted": (
             "onceflow.consume_read_committed",
             "onceflow.consume_read_uncommitted",
@@ -445,6 +460,9 @@ def summarize(samples: dict, records: int, rounds: int, quick: bool, producers: 
         "ratios": ratios,
         "ratios_paired_by_round": paired,
         "cpu_s_per_gb": cpu,
+        # The share of the machine's CPU time nobody used during the phase: where transactional produce
+        # loses what it does not lose to CPU (every producer waiting on its commit at once).
+        "machine_idle_fraction": {key: round(median(s["idle"]), 3) for key, s in samples.items()},
         "commit_transaction_ms": commit_ms,
         "load_average_1m": round(os.getloadavg()[0], 2),
         "params": {
