@@ -9,10 +9,13 @@ from hypothesis import strategies as st
 from onceflow.spark.offsets import (
     OffsetRange,
     limit_end,
+    offsets_at_timestamps,
     offsets_from_json,
     offsets_to_json,
     plan_ranges,
     resolve_spec,
+    split_ranges,
+    timestamps_for,
 )
 from onceflow.spark.options import (
     AT_LEAST_ONCE,
@@ -116,6 +119,21 @@ def test_source_options_defaults_and_names():
         ({**BOOT, "subscribe": "a", "startingOffsets": "latest"}, False, "streaming"),
         ({**BOOT, "subscribePattern": "("}, True, "regex"),
         ({**BOOT, "subscribe": "a", "failOnDataLoss": "sometimes"}, True, "failOnDataLoss"),
+        ({**BOOT, "subscribe": "a", "startingTimestamp": "yesterday"}, True, "startingTimestamp"),
+        ({**BOOT, "subscribe": "a", "startingTimestamp": "-5"}, True, "milliseconds"),
+        (
+            {**BOOT, "subscribe": "a", "startingOffsetsByTimestamp": '{"a": 5}'},
+            True,
+            "startingOffsetsByTimestamp",
+        ),
+        (
+            {**BOOT, "subscribe": "a", "endingOffsetsByTimestamp": '{"a": {"0": -1}}'},
+            False,
+            "endingOffsetsBy",
+        ),
+        ({**BOOT, "subscribe": "a", "endingTimestamp": "5"}, True, "batch reads only"),
+        ({**BOOT, "subscribe": "a", "startingOffsetsByTimestampStrategy": "skip"}, True, "error"),
+        ({**BOOT, "subscribe": "a", "minPartitions": "0"}, True, "minPartitions"),
     ],
 )
 def test_bad_source_options_name_the_problem(options, streaming, complaint):
@@ -131,3 +149,86 @@ def test_sink_options():
     assert parse_sink_options(BOOT).guarantee == "exactly-once"
     with pytest.raises(ValueError, match="guarantee"):
         parse_sink_options({**BOOT, "guarantee": "maybe"})
+
+
+def test_timestamp_options_take_precedence_as_in_spark():
+    opts = parse_source_options(
+        {
+            **BOOT,
+            "subscribe": "a",
+            "startingOffsets": "earliest",
+            "startingOffsetsByTimestamp": '{"a": {"0": 5}}',
+            "startingTimestamp": "1700000000000",
+            "endingOffsetsByTimestamp": '{"a": {"0": 9, "1": 10}}',
+            "startingOffsetsByTimestampStrategy": "LATEST",
+            "minPartitions": "8",
+        },
+        streaming=False,
+    )
+    assert opts.starting_timestamps == 1_700_000_000_000  # the global one wins
+    assert opts.ending_timestamps == {"a": {0: 9, 1: 10}}
+    assert opts.timestamp_strategy == "latest"
+    assert opts.min_partitions == 8
+    assert parse_source_options({**BOOT, "subscribe": "a"}, streaming=True).timestamp_strategy == "error"
+
+
+def test_options_the_source_does_not_use_are_named_in_a_warning(caplog):
+    parse_source_options(
+        {**BOOT, "subscribe": "a", "minOffsetsPerTrigger": "5", "includeHeaders": "true"}, streaming=True
+    )
+    assert "minoffsetspertrigger" in caplog.text and "includeheaders" not in caplog.text
+
+
+def test_timestamps_for_needs_every_partition_read_and_no_other():
+    tps = [("t", 0), ("t", 1)]
+    assert timestamps_for(7, tps, "startingTimestamp") == {("t", 0): 7, ("t", 1): 7}
+    assert timestamps_for({"t": {0: 1, 1: 2}}, tps, "x") == {("t", 0): 1, ("t", 1): 2}
+    with pytest.raises(ValueError, match="no timestamp for t-1"):
+        timestamps_for({"t": {0: 1}}, tps, "startingOffsetsByTimestamp")
+    with pytest.raises(ValueError, match="u-0, which is not read"):
+        timestamps_for({"t": {0: 1, 1: 2}, "u": {0: 3}}, tps, "startingOffsetsByTimestamp")
+
+
+def test_a_partition_without_a_record_after_the_timestamp_fails_or_starts_at_latest():
+    found = {("t", 0): 4, ("t", 1): -1}
+    stamps = {("t", 0): 100, ("t", 1): 100}
+    latest = {("t", 0): 9, ("t", 1): 30}
+    assert offsets_at_timestamps(found, stamps, latest, strategy="latest", option="x") == {
+        ("t", 0): 4,
+        ("t", 1): 30,
+    }
+    with pytest.raises(ValueError, match="t-1 has no record at or after timestamp 100.*Strategy=latest"):
+        offsets_at_timestamps(found, stamps, latest, strategy="error", option="startingTimestamp")
+
+
+def test_split_ranges_cuts_in_proportion_to_size_and_covers_every_offset_once():
+    ranges = [OffsetRange("t", 0, 0, 300), OffsetRange("t", 1, 10, 110), OffsetRange("t", 2, EARLIEST, 5)]
+    assert split_ranges(ranges, None) == ranges
+    assert split_ranges(ranges, 3) == ranges
+    cut = split_ranges(ranges, 8)
+    # 300 of 400 offsets -> 6 parts of 50; 100 -> 2 parts of 50; the EARLIEST range (size unknown) stays.
+    assert cut == [
+        *(OffsetRange("t", 0, 50 * i, 50 * (i + 1)) for i in range(6)),
+        OffsetRange("t", 1, 10, 60),
+        OffsetRange("t", 1, 60, 110),
+        OffsetRange("t", 2, EARLIEST, 5),
+    ]
+    assert split_ranges([OffsetRange("t", 0, 0, 2)], 10) == [
+        OffsetRange("t", 0, 0, 1),
+        OffsetRange("t", 0, 1, 2),
+    ]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 1000)), min_size=1, max_size=6),
+    st.integers(1, 50),
+)
+def test_split_ranges_property(pairs, min_partitions):
+    ranges = [OffsetRange("t", i, lo, lo + n) for i, (lo, n) in enumerate(pairs)]
+    cut = split_ranges(ranges, min_partitions)
+    assert split_ranges(ranges, min_partitions) == cut  # the same cut for a replay
+    for r in ranges:
+        parts = [c for c in cut if c.partition == r.partition]
+        assert parts[0].from_offset == r.from_offset and parts[-1].until_offset == r.until_offset
+        assert all(a.until_offset == b.from_offset for a, b in zip(parts, parts[1:], strict=False))
+        assert all(c.from_offset < c.until_offset for c in parts)

@@ -17,6 +17,7 @@ from tests.helpers.broker import BrokerProcess  # noqa: E402
 from tests.spark.txn_helpers import write_transactions  # noqa: E402
 
 from onceflow.client import SimpleClient  # noqa: E402
+from onceflow.protocol.record_codec import ProducerRecord  # noqa: E402
 from onceflow.spark.pipeline import PipelineConfig, run_pipeline  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -95,7 +96,9 @@ def test_batch_read_returns_exactly_the_records_with_kafkas_schema(spark, broker
     ]
 
 
-def run_available_now(spark, broker, topic: str, checkpoint: Path, output: Path, max_offsets: int | None):
+def run_available_now(
+    spark, broker, topic: str, checkpoint: Path, output: Path, max_offsets: int | None, **options: str
+):
     reader = (
         spark.readStream.format("onceflow")
         .option("kafka.bootstrap.servers", broker.bootstrap)
@@ -104,6 +107,8 @@ def run_available_now(spark, broker, topic: str, checkpoint: Path, output: Path,
     )
     if max_offsets is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+    for key, value in options.items():
+        reader = reader.option(key, value)
     query = (
         reader.load()
         .selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
@@ -133,6 +138,57 @@ def test_stream_admission_control_and_resume_from_checkpoint(spark, broker, tmp_
     # Only the new records: the offsets of the first run came back from the checkpoint.
     assert sum(batches) == 120
     assert sorted(r.value for r in rows) == sorted(f"v{i}" for i in range(620))
+
+
+T0 = 1_700_000_000_000
+
+
+def make_timed_input(bootstrap: str, prefix: str, count: int) -> str:
+    """``count`` records in partition 0, record i stamped T0 + i seconds (partition 1 stays empty)."""
+    topic = topic_name(prefix)
+    with SimpleClient(bootstrap) as client:
+        client.create_topic(topic, partitions=2)
+        records = [ProducerRecord(b"k", f"v{i}".encode(), (), T0 + 1000 * i) for i in range(count)]
+        client.produce(topic, records, partition=0)
+    return topic
+
+
+def test_batch_read_by_timestamps_and_min_partitions(spark, broker):
+    topic = make_timed_input(broker.bootstrap, "timed", 100)
+    df = read_source(
+        spark,
+        broker.bootstrap,
+        topic,
+        startingTimestamp=str(T0 + 40_000),
+        endingOffsetsByTimestamp=f'{{"{topic}": {{"0": {T0 + 70_000}, "1": {T0}}}}}',
+        startingOffsetsByTimestampStrategy="latest",  # partition 1 has no record after T0 + 40 s
+        minPartitions="4",
+    )
+    assert df.rdd.getNumPartitions() == 4  # offsets 40-69 of partition 0, cut in four
+    rows = df.collect()
+    assert sorted((r.partition, r.offset) for r in rows) == [(0, i) for i in range(40, 70)]
+    assert min(r.timestamp for r in rows).timestamp() * 1000 == T0 + 40_000
+    # Without the strategy, a partition with nothing at or after the timestamp fails the read, by name.
+    strict = read_source(spark, broker.bootstrap, topic, startingTimestamp=str(T0 + 40_000))
+    with pytest.raises(Exception, match=f"{topic}-1 has no record at or after timestamp"):
+        strict.collect()
+
+
+def test_stream_starts_at_a_timestamp(spark, broker, tmp_path):
+    topic = make_timed_input(broker.bootstrap, "timed-stream", 50)
+    batches, rows = run_available_now(
+        spark,
+        broker,
+        topic,
+        tmp_path / "checkpoint",
+        tmp_path / "output",
+        None,
+        startingOffsetsByTimestamp=f'{{"{topic}": {{"0": {T0 + 45_000}, "1": {T0}}}}}',
+        startingOffsetsByTimestampStrategy="latest",
+        minPartitions="2",
+    )
+    assert sum(batches) == 5
+    assert sorted(r.value for r in rows) == [f"v{i}" for i in range(45, 50)]
 
 
 def pipeline_config(broker, topic: str, output: str, checkpoint: Path, guarantee: str) -> PipelineConfig:

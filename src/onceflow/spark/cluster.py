@@ -132,6 +132,17 @@ class BlockingCluster:
             result.update({(topic, p): o for p, o in found.items()})
         return result
 
+    def offsets_for_times(self, timestamps: PartitionOffsets, *, isolation_level: int) -> PartitionOffsets:
+        """The first offset with a timestamp at or after each partition's, -1 where there is none
+        (ListOffsets by timestamp; one request per topic and timestamp)."""
+        groups: dict[int, list[TopicPartition]] = {}
+        for tp, timestamp in timestamps.items():
+            groups.setdefault(timestamp, []).append(tp)
+        result: PartitionOffsets = {}
+        for timestamp, partitions in groups.items():
+            result.update(self.offsets(partitions, timestamp=timestamp, isolation_level=isolation_level))
+        return result
+
     def earliest(self, partitions: list[TopicPartition]) -> PartitionOffsets:
         return self.offsets(partitions, timestamp=EARLIEST_TIMESTAMP, isolation_level=0)
 

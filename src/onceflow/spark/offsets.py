@@ -10,17 +10,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from onceflow.spark.options import EARLIEST, LATEST, OffsetSpec
+from onceflow.spark.options import EARLIEST, LATEST, TIMESTAMP_STRATEGY_LATEST, OffsetSpec, TimestampSpec
 
 __all__ = [
     "OffsetRange",
     "PartitionOffsets",
     "TopicPartition",
     "limit_end",
+    "offsets_at_timestamps",
     "offsets_from_json",
     "offsets_to_json",
     "plan_ranges",
     "resolve_spec",
+    "split_ranges",
+    "timestamps_for",
 ]
 
 TopicPartition = tuple[str, int]
@@ -109,3 +112,73 @@ def plan_ranges(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition
         if begin == EARLIEST or begin < until:
             ranges.append(OffsetRange(topic, partition, begin, until))
     return ranges
+
+
+def timestamps_for(spec: TimestampSpec, partitions: list[TopicPartition], option: str) -> PartitionOffsets:
+    """The timestamp to look up per partition: one for all, or the JSON spec's, which must name exactly
+    the partitions read (as Spark's Kafka source requires)."""
+    if isinstance(spec, int):
+        return {tp: spec for tp in partitions}
+    given = {(topic, p) for topic, parts in spec.items() for p in parts}
+    missing = sorted(set(partitions) - given)
+    extra = sorted(given - set(partitions))
+    if missing or extra:
+        problems = []
+        if missing:
+            problems.append("no timestamp for " + ", ".join(f"{t}-{p}" for t, p in missing))
+        if extra:
+            problems.append(
+                "a timestamp for " + ", ".join(f"{t}-{p}" for t, p in extra) + ", which is not read"
+            )
+        raise ValueError(f"option {option}: {'; '.join(problems)}. Give one for every partition read.")
+    return {tp: spec[tp[0]][tp[1]] for tp in partitions}
+
+
+def offsets_at_timestamps(
+    found: Mapping[TopicPartition, int],
+    timestamps: Mapping[TopicPartition, int],
+    latest: Mapping[TopicPartition, int],
+    *,
+    strategy: str,
+    option: str,
+) -> PartitionOffsets:
+    """Offsets from ListOffsets-by-timestamp answers (``found``; -1: no record at or after the
+    timestamp). Such a partition takes its latest offset under the ``latest`` strategy (always, for an
+    end), else the read fails, as Spark's does."""
+    resolved: PartitionOffsets = {}
+    for tp, offset in found.items():
+        if offset >= 0:
+            resolved[tp] = offset
+        elif strategy == TIMESTAMP_STRATEGY_LATEST:
+            resolved[tp] = latest[tp]
+        else:
+            raise ValueError(
+                f"option {option}: partition {tp[0]}-{tp[1]} has no record at or after timestamp "
+                f"{timestamps[tp]}; set startingOffsetsByTimestampStrategy=latest to start such a "
+                "partition at its latest offset"
+            )
+    return resolved
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """At least ``min_partitions`` ranges (Spark's ``minPartitions``): when there are fewer, each range
+    is cut into parts in proportion to its share of all the offsets (at least one part; rounded), of
+    equal size. The cut depends only on the ranges and the number, so a replayed batch is cut the same
+    way (the exactly-once sink relies on that). A range from EARLIEST (its size unknown) is not cut."""
+    if min_partitions is None or len(ranges) >= min_partitions:
+        return ranges
+    sizes = [r.until_offset - r.from_offset if r.from_offset != EARLIEST else 0 for r in ranges]
+    total = sum(sizes)
+    if total <= 0:
+        return ranges
+    result = []
+    for r, size in zip(ranges, sizes, strict=True):
+        parts = min(size, max(1, round(size / total * min_partitions))) if size > 0 else 1
+        if parts == 1:
+            result.append(r)
+            continue
+        bounds = [r.from_offset + size * i // parts for i in range(parts + 1)]
+        result.extend(
+            OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False)
+        )
+    return result

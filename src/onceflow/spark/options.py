@@ -1,9 +1,12 @@
 """The onceflow source's options, parsed once on the driver into a frozen, picklable value.
 
 Option names are those of Spark's Kafka source (``kafka.bootstrap.servers``, ``subscribe``,
-``subscribePattern``, ``assign``, ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``,
+``subscribePattern``, ``assign``, ``startingOffsets``, ``endingOffsets``, ``startingTimestamp``,
+``startingOffsetsByTimestamp``, ``endingTimestamp``, ``endingOffsetsByTimestamp``,
+``startingOffsetsByTimestampStrategy``, ``maxOffsetsPerTrigger``, ``minPartitions``,
 ``failOnDataLoss``) so that a query written for Spark's Kafka connector runs here by changing only
-the format name.
+the format name. Options of Spark's that the source does not honour are named in a warning, not
+silently dropped.
 One difference: ``isolation.level`` defaults to ``read_committed``, because a pipeline that promises
 exactly-once output must not read the records of aborted transactions.
 """
@@ -11,16 +14,22 @@ exactly-once output must not read the records of aborted transactions.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from onceflow.client.simple import isolation_level_for_name
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "EARLIEST",
     "LATEST",
     "OffsetSpec",
+    "TIMESTAMP_STRATEGY_ERROR",
+    "TIMESTAMP_STRATEGY_LATEST",
+    "TimestampSpec",
     "AT_LEAST_ONCE",
     "EXACTLY_ONCE",
     "SinkOptions",
@@ -37,6 +46,35 @@ LATEST = -1
 
 # A spec is "earliest", "latest", or {topic: {partition: offset or EARLIEST/LATEST}}.
 OffsetSpec = str | dict[str, dict[int, int]]
+# Timestamps (ms since the epoch) to start or end at: one for every partition (startingTimestamp), or
+# {topic: {partition: timestamp}} (startingOffsetsByTimestamp).
+TimestampSpec = int | dict[str, dict[int, int]]
+
+# What to do for a partition with no record at or after its starting timestamp (Spark's
+# startingOffsetsByTimestampStrategy): fail the query, or start at the partition's latest offset.
+TIMESTAMP_STRATEGY_ERROR = "error"
+TIMESTAMP_STRATEGY_LATEST = "latest"
+
+# Spark's Kafka source options this source reads (lower case; kafka.* are all taken as client settings).
+_SOURCE_OPTIONS = frozenset(
+    {
+        "subscribe",
+        "subscribepattern",
+        "assign",
+        "startingoffsets",
+        "endingoffsets",
+        "startingtimestamp",
+        "startingoffsetsbytimestamp",
+        "endingtimestamp",
+        "endingoffsetsbytimestamp",
+        "startingoffsetsbytimestampstrategy",
+        "maxoffsetspertrigger",
+        "minpartitions",
+        "failondataloss",
+        "isolation.level",
+        "includeheaders",  # the headers column is always there
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +86,12 @@ class SourceOptions:
     starting_offsets: OffsetSpec = "latest"
     ending_offsets: OffsetSpec = "latest"
     max_offsets_per_trigger: int | None = None
+    # Starting/ending timestamps; when set, they take precedence over starting/ending_offsets.
+    starting_timestamps: TimestampSpec | None = None
+    ending_timestamps: TimestampSpec | None = None
+    timestamp_strategy: str = TIMESTAMP_STRATEGY_ERROR
+    # Split a batch's offset ranges into at least this many Spark partitions (None: one per partition).
+    min_partitions: int | None = None
     isolation_level: int = 1  # read_committed
     # Records planned for a batch but deleted before it read them (retention, DeleteRecords): fail the
     # query (Spark's default) or, when False, skip to the log start with a warning.
@@ -82,6 +126,55 @@ def parse_offset_spec(text: str, option: str) -> OffsetSpec:
         raise ValueError(
             f'option {option}={text!r} is not earliest, latest or JSON like {{"topic": {{"0": 23}}}}'
         )
+
+
+def _parse_timestamp(text: str, option: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"option {option}={text!r} must be a timestamp in milliseconds since the epoch")
+    return value
+
+
+def _parse_timestamp_json(text: str, option: str) -> dict[str, dict[int, int]]:
+    try:
+        parsed = json.loads(text)
+        spec = {
+            str(topic): {int(p): int(ts) for p, ts in partitions.items()}
+            for topic, partitions in parsed.items()
+        }
+    except (ValueError, AttributeError, TypeError):
+        spec = None
+    if not spec or any(ts < 0 for parts in spec.values() for ts in parts.values()):
+        raise ValueError(
+            f'option {option}={text!r} is not JSON like {{"topic": {{"0": 1700000000000}}}} '
+            "(timestamps in milliseconds since the epoch)"
+        )
+    return spec
+
+
+def _timestamps(opts: Mapping[str, str], which: str) -> TimestampSpec | None:
+    """``startingTimestamp`` / ``startingOffsetsByTimestamp`` (or the ending pair); the global one
+    takes precedence, as in Spark."""
+    if f"{which}timestamp" in opts:
+        return _parse_timestamp(opts[f"{which}timestamp"], f"{which}Timestamp")
+    if f"{which}offsetsbytimestamp" in opts:
+        return _parse_timestamp_json(opts[f"{which}offsetsbytimestamp"], f"{which}OffsetsByTimestamp")
+    return None
+
+
+def _positive_int(opts: Mapping[str, str], name: str, option: str) -> int | None:
+    if name not in opts:
+        return None
+    try:
+        value = int(opts[name])
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"option {option}={opts[name]!r} must be a positive integer")
+    return value
 
 
 def _parse_assign(text: str) -> dict[str, tuple[int, ...]]:
@@ -121,17 +214,19 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         raise ValueError('startingOffsets="latest" is for streaming reads; batch reads start earlier')
     if ending == "earliest":
         raise ValueError('endingOffsets="earliest" would read nothing; use "latest" or JSON offsets')
-
-    max_offsets = opts.get("maxoffsetspertrigger")
-    if max_offsets is not None:
-        try:
-            max_offsets_value = int(max_offsets)
-        except ValueError:
-            max_offsets_value = 0
-        if max_offsets_value <= 0:
-            raise ValueError(f"option maxOffsetsPerTrigger={max_offsets!r} must be a positive integer")
-    else:
-        max_offsets_value = None
+    starting_timestamps = _timestamps(opts, "starting")
+    ending_timestamps = _timestamps(opts, "ending")
+    if streaming and ending_timestamps is not None:
+        raise ValueError('options "endingTimestamp" and "endingOffsetsByTimestamp" are for batch reads only')
+    strategy = opts.get("startingoffsetsbytimestampstrategy", TIMESTAMP_STRATEGY_ERROR).strip().lower()
+    if strategy not in (TIMESTAMP_STRATEGY_ERROR, TIMESTAMP_STRATEGY_LATEST):
+        raise ValueError(
+            f"option startingOffsetsByTimestampStrategy={strategy!r}: use "
+            f"{TIMESTAMP_STRATEGY_ERROR!r} or {TIMESTAMP_STRATEGY_LATEST!r}"
+        )
+    unused = sorted(k for k in opts if k not in _SOURCE_OPTIONS and not k.startswith("kafka."))
+    if unused:
+        log.warning("the onceflow source does not use the option(s) %s", ", ".join(unused))
 
     fail_on_data_loss = opts.get("failondataloss", "true").strip().lower()
     if fail_on_data_loss not in ("true", "false"):
@@ -146,7 +241,11 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         assign=assign,
         starting_offsets=starting,
         ending_offsets=ending,
-        max_offsets_per_trigger=max_offsets_value,
+        max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+        starting_timestamps=starting_timestamps,
+        ending_timestamps=ending_timestamps,
+        timestamp_strategy=strategy,
+        min_partitions=_positive_int(opts, "minpartitions", "minPartitions"),
         isolation_level=isolation_level_for_name(
             opts.get("isolation.level", opts.get("kafka.isolation.level", "read_committed"))
         ),

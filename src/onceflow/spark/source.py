@@ -25,12 +25,15 @@ from onceflow.spark.offsets import (
     OffsetRange,
     PartitionOffsets,
     limit_end,
+    offsets_at_timestamps,
     offsets_from_json,
     offsets_to_json,
     plan_ranges,
     resolve_spec,
+    split_ranges,
+    timestamps_for,
 )
-from onceflow.spark.options import EARLIEST, LATEST, SourceOptions
+from onceflow.spark.options import EARLIEST, LATEST, TIMESTAMP_STRATEGY_LATEST, SourceOptions
 from onceflow.spark.range_reader import read_range
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,31 @@ class _ClusterHolder:
             self._cluster.close()
             self._cluster = None
 
+    def _bounds(
+        self, partitions: list, earliest: PartitionOffsets, latest: PartitionOffsets, *, ending: bool
+    ) -> PartitionOffsets:
+        """Where a read starts (or, ``ending``, ends): by timestamp when the options give one (they
+        take precedence, as in Spark), else by the offsets spec."""
+        options = self.options
+        spec = options.ending_timestamps if ending else options.starting_timestamps
+        which = "ending" if ending else "starting"
+        if spec is not None:
+            option = f"{which}Timestamp" if isinstance(spec, int) else f"{which}OffsetsByTimestamp"
+            timestamps = timestamps_for(spec, partitions, option)
+            found = self.cluster.offsets_for_times(timestamps, isolation_level=options.isolation_level)
+            # Spark: an end with no record at or after its timestamp is the latest offset.
+            strategy = TIMESTAMP_STRATEGY_LATEST if ending else options.timestamp_strategy
+            return offsets_at_timestamps(found, timestamps, latest, strategy=strategy, option=option)
+        if ending:
+            return resolve_spec(options.ending_offsets, partitions, earliest, latest, missing=LATEST)
+        # A stream starts new partitions (absent from a JSON spec) at latest, a batch read at earliest.
+        missing = LATEST if isinstance(self, DataSourceStreamReader) else EARLIEST
+        return resolve_spec(options.starting_offsets, partitions, earliest, latest, missing=missing)
+
+    def _input_partitions(self, start: PartitionOffsets, end: PartitionOffsets) -> list[InputPartition]:
+        ranges = split_ranges(plan_ranges(start, end), self.options.min_partitions)
+        return [InputPartition(r) for r in ranges]
+
     def read(self, partition: InputPartition) -> Iterator:
         offset_range: OffsetRange = partition.value
         with BlockingCluster(self.options.bootstrap, client_id=self.options.client_id) as cluster:
@@ -91,7 +119,7 @@ class OnceflowStreamReader(_ClusterHolder, DataSourceStreamReader, SupportsTrigg
         partitions = self.cluster.subscribed_partitions(self.options)
         earliest = self.cluster.earliest(partitions)
         latest = self.cluster.latest(partitions, self.options.isolation_level)
-        start = resolve_spec(self.options.starting_offsets, partitions, earliest, latest, missing=LATEST)
+        start = self._bounds(partitions, earliest, latest, ending=False)
         log.info("onceflow source starts at %s", start)
         return offsets_to_json(start)
 
@@ -120,8 +148,7 @@ class OnceflowStreamReader(_ClusterHolder, DataSourceStreamReader, SupportsTrigg
         return offsets_to_json(self._latest())
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        ranges = plan_ranges(offsets_from_json(start), offsets_from_json(end))
-        return [InputPartition(r) for r in ranges]
+        return self._input_partitions(offsets_from_json(start), offsets_from_json(end))
 
     def commit(self, end: dict) -> None:
         # Kafka keeps the data; nothing to release. Progress is in Spark's checkpoint.
@@ -137,10 +164,8 @@ class OnceflowBatchReader(_ClusterHolder, DataSourceReader):
             partitions = self.cluster.subscribed_partitions(self.options)
             earliest = self.cluster.earliest(partitions)
             latest = self.cluster.latest(partitions, self.options.isolation_level)
-            start = resolve_spec(
-                self.options.starting_offsets, partitions, earliest, latest, missing=EARLIEST
-            )
-            end = resolve_spec(self.options.ending_offsets, partitions, earliest, latest, missing=LATEST)
+            start = self._bounds(partitions, earliest, latest, ending=False)
+            end = self._bounds(partitions, earliest, latest, ending=True)
         finally:
             self.close_cluster()
-        return [InputPartition(r) for r in plan_ranges(start, end)]
+        return self._input_partitions(start, end)
