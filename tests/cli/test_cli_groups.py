@@ -291,3 +291,27 @@ def test_every_command_says_when_no_broker_listens(args):
     assert (
         result.output.startswith("Error: cannot connect") and "is `onceflow serve` running?" in result.output
     )
+
+
+def test_describe_shows_offsets_of_a_topic_that_is_gone_with_no_log_end():
+    """Offsets of a deleted topic (a data dir from before DeleteTopics removed them) used to fail the
+    whole describe with "partition 1 does not exist"; they show with "-" as the log end instead."""
+    import asyncio
+
+    from onceflow.cli.groups import _offsets_and_log_ends
+    from onceflow.client.admin import GroupDescription
+    from onceflow.protocol.errors import ErrorCode, KafkaError
+
+    class Admin:
+        async def list_group_offsets(self, group_id, require_stable=False):
+            return {TP("gone", 0): OffsetAndMetadata(100, ""), TP("here", 0): OffsetAndMetadata(4, "")}
+
+        async def list_offsets(self, specs):
+            if any(tp.topic == "gone" for tp in specs):
+                raise KafkaError(
+                    "topic 'gone' partition 0 does not exist", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+            return {tp: 10 for tp in specs}
+
+    found = asyncio.run(_offsets_and_log_ends(Admin(), "g", GroupDescription("g", "Empty", "consumer", "")))
+    assert found == {TP("gone", 0): (100, -1), TP("here", 0): (4, 10)}

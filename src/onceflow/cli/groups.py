@@ -29,8 +29,17 @@ async def _offsets_and_log_ends(
     committed = await admin.list_group_offsets(group_id)
     stable = await admin.list_group_offsets(group_id, require_stable=True)
     keys = set(committed) | {tp for m in description.members for tp in m.assignment}
-    ends = await admin.list_offsets(dict.fromkeys(keys, LATEST_TIMESTAMP))
-    return {tp: (stable[tp].offset if tp in stable else -1, ends[tp]) for tp in keys}
+    ends: dict[TopicPartition, int] = {}
+    for topic in sorted({tp.topic for tp in keys}):
+        mine = [tp for tp in keys if tp.topic == topic]
+        try:
+            ends.update(await admin.list_offsets(dict.fromkeys(mine, LATEST_TIMESTAMP)))
+        except KafkaError as exc:
+            # Offsets of a topic that is gone (deleted before its offsets were cleaned up, or
+            # committed for a topic that never existed) show with no log end, like Kafka's tool.
+            if exc.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise
+    return {tp: (stable[tp].offset if tp in stable else -1, ends.get(tp, -1)) for tp in keys}
 
 
 async def _partitions(admin: AsyncAdminClient, topic: str) -> list[TopicPartition]:

@@ -539,6 +539,33 @@ class GroupCoordinator:
             self._write_offset_tombstones(group_id, doomed)
         return E.NONE, results
 
+    def on_partitions_deleted(self, partitions: Iterable[TopicPartition]) -> int:
+        """Forget every group's offsets of deleted partitions, committed and pending, as Kafka's
+        coordinator does: a topic created again under the same name must not start its groups at the
+        old topic's offsets (a consumer would skip the new records below them). An Empty group left
+        with no offsets is deleted, as when its offsets expire. Returns how many offsets went."""
+        gone = set(partitions)
+        if self.loading or not gone:
+            return 0
+        removed = 0
+        for group_id in sorted(self._offsets.group_ids()):
+            for tp in gone:
+                self._offsets.remove_pending(group_id, tp)
+            doomed = [tp for tp in self._offsets.all_for(group_id) if tp in gone]
+            if doomed:
+                self._write_offset_tombstones(group_id, doomed)
+                removed += len(doomed)
+                log.info("group %s: %d offsets of deleted partitions removed", group_id, len(doomed))
+            if self._offsets.has_offsets(group_id):
+                continue
+            group = self._groups.get(group_id)
+            if group is not None and group.is_in(S.EMPTY):
+                self._remove_group(group)
+            consumer_group = self.consumer_groups.get(group_id)
+            if consumer_group is not None and not consumer_group.members:
+                self.consumer_groups.delete(group_id)
+        return removed
+
     def _write_offset_tombstones(
         self, group_id: str, tps: Iterable[TopicPartition], *, with_group: bool = False
     ) -> None:

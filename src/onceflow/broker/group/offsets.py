@@ -75,6 +75,13 @@ class OffsetStore:
                 return True
         return False
 
+    def remove_pending(self, group_id: str, tp: TopicPartition) -> None:
+        """Drop every producer's pending offset of ``tp`` in the group (its partition was deleted)."""
+        for groups in self._pending.values():
+            offsets = groups.get(group_id)
+            if offsets is not None:
+                offsets.pop(tp, None)
+
     def complete_txn(self, producer_id: int, commit: bool) -> list[tuple[str, TopicPartition]]:
         """Apply (commit) or drop (abort) a producer's pending offsets; returns what became visible."""
         groups = self._pending.pop(producer_id, {})

@@ -1,4 +1,5 @@
-"""DeleteTopics (20): remove topics (by name; by name or id from v6) with their partitions' logs."""
+"""DeleteTopics (20): remove topics (by name; by name or id from v6) with their partitions' logs and
+every group's committed offsets of those partitions."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def _delete(ctx: RequestContext, name: str | None, topic_id) -> _Result:
         return _Result(
             name=name, topic_id=topic_id, error_code=int(error_code_for(exc)), error_message=str(exc)
         )
+    if ctx.groups is not None:
+        ctx.groups.on_partitions_deleted((name, p.index) for p in deleted.partitions)
     return _Result(name=name, topic_id=deleted.topic_id, error_code=0, error_message=None)
 
 
