@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onceflow.log.config import LogConfig
 from onceflow.protocol.errors import OffsetOutOfRange
 
 
@@ -25,6 +26,7 @@ class FakeLog:
         self.log_end_offset = 0
         self.deleted = False
         self.closed = False
+        self.config = LogConfig()
 
     @property
     def high_watermark(self) -> int:

@@ -58,3 +58,33 @@ def test_after_a_crash_the_recovered_segment_is_fsynced(tmp_path, fsyncs):
     fsyncs.clear()
     recovered.close()
     assert str(tmp_path / "t-0" / "00000000000000000000.log") in fsyncs
+
+
+def test_flush_messages_fsyncs_once_that_many_records_were_appended(tmp_path, fsyncs):
+    log = Log.open(tmp_path / "t-0", LogConfig(flush_messages=5))
+    segment = str(tmp_path / "t-0" / "00000000000000000000.log")
+    fsyncs.clear()
+    produce(log, make_batch(3))
+    assert segment not in fsyncs
+    produce(log, make_batch(2))  # the 5th record: on disk before the append returns
+    assert segment in fsyncs
+    fsyncs.clear()
+    produce(log, make_batch(4))
+    assert fsyncs == []
+    log.close()
+
+
+def test_flush_ms_fsyncs_what_waited_that_long_at_the_next_check(tmp_path, fsyncs):
+    now = [1_000_000]
+    log = Log.open(tmp_path / "t-0", LogConfig(flush_ms=1000), clock_ms=lambda: now[0])
+    fsyncs.clear()
+    produce(log, make_batch(1))
+    assert not log.flush_if_due()
+    now[0] += 999
+    assert not log.flush_if_due()
+    now[0] += 1
+    assert log.flush_if_due()  # what the broker's periodic check (log.flush.scheduler.interval.ms) does
+    assert str(tmp_path / "t-0" / "00000000000000000000.log") in fsyncs
+    now[0] += 5000
+    assert not log.flush_if_due()  # nothing new since
+    log.close()

@@ -46,7 +46,26 @@ class BrokerConfig:
     log_cleaner_max_compaction_lag_ms: int = (
         2**63 - 1
     )  # log.cleaner.max.compaction.lag.ms -> max.compaction.lag.ms
+    compression_type: str = "producer"  # compression.type -> compression.type
+    compression_gzip_level: int = -1  # compression.gzip.level
+    compression_lz4_level: int = 9  # compression.lz4.level
+    compression_zstd_level: int = 3  # compression.zstd.level
+    min_insync_replicas: int = 1  # min.insync.replicas
+    log_message_timestamp_before_max_ms: int = 2**63 - 1  # -> message.timestamp.before.max.ms
+    log_message_timestamp_after_max_ms: int = 2**63 - 1  # -> message.timestamp.after.max.ms
+    log_flush_interval_messages: int = 2**63 - 1  # log.flush.interval.messages -> flush.messages
+    log_flush_interval_ms: int = 2**63 - 1  # log.flush.interval.ms -> flush.ms
+    unclean_leader_election_enable: bool = False  # no effect: one broker
+    log_preallocate: bool = False  # log.preallocate -> preallocate (no effect)
+    log_segment_delete_delay_ms: int = 60000  # -> file.delete.delay.ms (no effect: deleted at once)
+    log_roll_jitter_ms: int = 0  # log.roll.jitter.ms -> segment.jitter.ms (no effect)
+    log_local_retention_ms: int = -2  # -> local.retention.ms (no effect: no tiered storage)
+    log_local_retention_bytes: int = -2  # -> local.retention.bytes (no effect)
+    log_message_downconversion_enable: bool = True  # -> message.downconversion.enable (no effect)
     log_retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms
+    # How often partitions are checked against flush.ms. Kafka's default is Long.MAX_VALUE (never),
+    # which leaves flush.ms without effect on a partition that goes quiet; here a check is cheap.
+    log_flush_scheduler_interval_ms: int = 1000  # log.flush.scheduler.interval.ms
     # Compaction of cleanup.policy=compact topics (__consumer_offsets and __transaction_state among them).
     log_cleaner_enable: bool = True  # log.cleaner.enable
     log_cleaner_backoff_ms: int = 15000  # log.cleaner.backoff.ms: the pause between cleaning passes
@@ -89,6 +108,10 @@ class BrokerConfig:
             value = getattr(self, name)
             if not 14 <= value <= 2**31 - 1:  # segment.bytes' own bounds
                 raise ValueError(f"{name.replace('_', '.')} must be in [14, {2**31 - 1}], not {value}")
+        if self.log_flush_scheduler_interval_ms <= 0:
+            raise ValueError(
+                f"log.flush.scheduler.interval.ms must be positive, not {self.log_flush_scheduler_interval_ms}"
+            )
         if self.log_cleaner_backoff_ms < 0:
             raise ValueError(f"log.cleaner.backoff.ms must be >= 0, not {self.log_cleaner_backoff_ms}")
         if self.max_incremental_fetch_session_cache_slots < 0:
@@ -108,18 +131,30 @@ class BrokerConfig:
             )
 
     def topic_config_defaults(self) -> dict[str, str]:
-        """Every topic config's value for a topic that does not set it: this broker's settings."""
-        return {name: str(getattr(self, attr)) for name, attr in TOPIC_CONFIG_DEFAULTS_FROM.items()}
+        """Every topic config's value for a topic that does not set it: this broker's settings, and
+        Kafka's defaults for the few topic configs no broker config backs."""
+        from onceflow.log.config import TOPIC_CONFIG_DEFAULTS
+
+        broker = {
+            name: _config_text(getattr(self, attr)) for name, attr in TOPIC_CONFIG_DEFAULTS_FROM.items()
+        }
+        return {**TOPIC_CONFIG_DEFAULTS, **broker}
 
     def _check_topic_config_defaults(self) -> None:
         from onceflow.log.config import LogConfig
         from onceflow.protocol.errors import InvalidConfig
 
         for name, value in self.topic_config_defaults().items():
+            if name not in TOPIC_CONFIG_DEFAULTS_FROM:
+                continue
             try:
                 LogConfig.from_topic_configs({name: value})
             except InvalidConfig as exc:
                 raise ValueError(f"{TOPIC_CONFIG_DEFAULTS_FROM[name].replace('_', '.')}: {exc}") from None
+
+
+def _config_text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 # Topic config -> the BrokerConfig field that is its default (Kafka's broker config of that name).
@@ -137,4 +172,20 @@ TOPIC_CONFIG_DEFAULTS_FROM = {
     "min.cleanable.dirty.ratio": "log_cleaner_min_cleanable_ratio",
     "min.compaction.lag.ms": "log_cleaner_min_compaction_lag_ms",
     "max.compaction.lag.ms": "log_cleaner_max_compaction_lag_ms",
+    "compression.type": "compression_type",
+    "compression.gzip.level": "compression_gzip_level",
+    "compression.lz4.level": "compression_lz4_level",
+    "compression.zstd.level": "compression_zstd_level",
+    "min.insync.replicas": "min_insync_replicas",
+    "message.timestamp.before.max.ms": "log_message_timestamp_before_max_ms",
+    "message.timestamp.after.max.ms": "log_message_timestamp_after_max_ms",
+    "flush.messages": "log_flush_interval_messages",
+    "flush.ms": "log_flush_interval_ms",
+    "unclean.leader.election.enable": "unclean_leader_election_enable",
+    "preallocate": "log_preallocate",
+    "file.delete.delay.ms": "log_segment_delete_delay_ms",
+    "segment.jitter.ms": "log_roll_jitter_ms",
+    "local.retention.ms": "log_local_retention_ms",
+    "local.retention.bytes": "log_local_retention_bytes",
+    "message.downconversion.enable": "log_message_downconversion_enable",
 }

@@ -74,6 +74,7 @@ class Broker:
         self._server: asyncio.Server | None = None
         self._connections: set[ClientProtocol] = set()
         self._housekeeping: asyncio.Task[None] | None = None
+        self._flusher: asyncio.Task[None] | None = None
         self._producer_expiry: asyncio.Task[None] | None = None
         self._idle_expiry: asyncio.Task[None] | None = None
         self._log_cleaner: LogCleaner | None = None
@@ -119,6 +120,7 @@ class Broker:
             producer_ids=ProducerIdManager(self.config.data_dir),
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
+        self._flusher = asyncio.create_task(self._run_flush_policy(), name="flush-policy")
         self._producer_expiry = asyncio.create_task(run_producer_expiry(self.topics), name="producer-expiry")
         if self.config.log_cleaner_enable:
             self._log_cleaner = LogCleaner(
@@ -142,7 +144,13 @@ class Broker:
         """Stop accepting, drop connections, flush and close every log."""
         if self._server is not None:
             self._server.close()
-        for task in (self._housekeeping, self._producer_expiry, self._idle_expiry, self._log_cleaner_task):
+        for task in (
+            self._housekeeping,
+            self._flusher,
+            self._producer_expiry,
+            self._idle_expiry,
+            self._log_cleaner_task,
+        ):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -176,6 +184,13 @@ class Broker:
             deleted = self.topics.apply_retention()
             if deleted:
                 log.info("retention deleted %d segments", deleted)
+
+    async def _run_flush_policy(self) -> None:
+        """flush.ms for partitions that went quiet (an append checks it too)."""
+        interval = self.config.log_flush_scheduler_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            self.topics.flush_due()
 
     def _new_connection(self) -> ClientProtocol:
         connection = ClientProtocol(

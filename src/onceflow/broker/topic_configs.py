@@ -28,6 +28,27 @@ TOPIC_CONFIG_TYPES = {
     "min.cleanable.dirty.ratio": TYPE_DOUBLE,
     "min.compaction.lag.ms": TYPE_LONG,
     "max.compaction.lag.ms": TYPE_LONG,
+    "compression.type": TYPE_STRING,
+    "compression.gzip.level": TYPE_INT,
+    "compression.lz4.level": TYPE_INT,
+    "compression.zstd.level": TYPE_INT,
+    "min.insync.replicas": TYPE_INT,
+    "message.timestamp.before.max.ms": TYPE_LONG,
+    "message.timestamp.after.max.ms": TYPE_LONG,
+    "flush.messages": TYPE_LONG,
+    "flush.ms": TYPE_LONG,
+    "unclean.leader.election.enable": TYPE_BOOLEAN,
+    "leader.replication.throttled.replicas": TYPE_LIST,
+    "follower.replication.throttled.replicas": TYPE_LIST,
+    "remote.storage.enable": TYPE_BOOLEAN,
+    "remote.log.copy.disable": TYPE_BOOLEAN,
+    "remote.log.delete.on.disable": TYPE_BOOLEAN,
+    "local.retention.ms": TYPE_LONG,
+    "local.retention.bytes": TYPE_LONG,
+    "segment.jitter.ms": TYPE_LONG,
+    "preallocate": TYPE_BOOLEAN,
+    "file.delete.delay.ms": TYPE_LONG,
+    "message.downconversion.enable": TYPE_BOOLEAN,
 }
 
 
@@ -72,37 +93,41 @@ def describe_topic_configs(
 
 
 def describe_broker_configs(config: BrokerConfig, port: int) -> list[DescribedConfig]:
-    """A handful of this broker's static configs; ``port`` is the bound one (config.port may be 0)."""
+    """A handful of this broker's configs; ``port`` is the bound one (config.port may be 0). Where
+    the key names a setting, a value the broker was started with is STATIC_BROKER_CONFIG and one left
+    at Kafka's default is DEFAULT_CONFIG, as Kafka tells them apart (tools list only the former as
+    overridden); node id, listeners and data dir are always static (a broker cannot run without)."""
+    defaults = BrokerConfig()
 
-    def static(name: str, value: object, config_type: int) -> DescribedConfig:
+    def static(name: str, value: object, config_type: int, default: object = None) -> DescribedConfig:
         text = str(value).lower() if isinstance(value, bool) else str(value)
-        return DescribedConfig(
-            name,
-            text,
-            SOURCE_STATIC_BROKER_CONFIG,
-            config_type,
-            read_only=True,
-            synonyms=((SOURCE_STATIC_BROKER_CONFIG, text),),
+        source = (
+            SOURCE_DEFAULT_CONFIG if default is not None and value == default else SOURCE_STATIC_BROKER_CONFIG
         )
+        return DescribedConfig(name, text, source, config_type, read_only=True, synonyms=((source, text),))
+
+    def setting(attr: str, config_type: int) -> DescribedConfig:
+        return static(attr.replace("_", "."), getattr(config, attr), config_type, getattr(defaults, attr))
 
     return [
         static("node.id", config.node_id, TYPE_INT),
         static("broker.id", config.node_id, TYPE_INT),
         static("listeners", f"PLAINTEXT://{config.host}:{port}", TYPE_STRING),
         static("log.dirs", config.data_dir, TYPE_STRING),
-        static("num.partitions", config.num_partitions, TYPE_INT),
-        static("default.replication.factor", config.default_replication_factor, TYPE_SHORT),
-        static("auto.create.topics.enable", config.auto_create_topics_enable, TYPE_BOOLEAN),
-        static("socket.request.max.bytes", config.socket_request_max_bytes, TYPE_INT),
+        setting("num_partitions", TYPE_INT),
+        setting("default_replication_factor", TYPE_SHORT),
+        setting("auto_create_topics_enable", TYPE_BOOLEAN),
+        setting("socket_request_max_bytes", TYPE_INT),
         *(
-            static(attr.replace("_", "."), getattr(config, attr), TOPIC_CONFIG_TYPES.get(name, TYPE_STRING))
+            setting(attr, TOPIC_CONFIG_TYPES.get(name, TYPE_STRING))
             for name, attr in TOPIC_CONFIG_DEFAULTS_FROM.items()
         ),
-        static("log.retention.check.interval.ms", config.log_retention_check_interval_ms, TYPE_LONG),
-        static("log.cleaner.enable", config.log_cleaner_enable, TYPE_BOOLEAN),
-        static("log.cleaner.backoff.ms", config.log_cleaner_backoff_ms, TYPE_LONG),
-        static("log.cleaner.dedupe.buffer.size", config.log_cleaner_dedupe_buffer_size, TYPE_LONG),
-        static("offsets.topic.segment.bytes", config.offsets_topic_segment_bytes, TYPE_INT),
-        static("transaction.state.log.segment.bytes", config.transaction_state_log_segment_bytes, TYPE_INT),
-        static("group.initial.rebalance.delay.ms", config.group_initial_rebalance_delay_ms, TYPE_INT),
+        setting("log_retention_check_interval_ms", TYPE_LONG),
+        setting("log_flush_scheduler_interval_ms", TYPE_LONG),
+        setting("log_cleaner_enable", TYPE_BOOLEAN),
+        setting("log_cleaner_backoff_ms", TYPE_LONG),
+        setting("log_cleaner_dedupe_buffer_size", TYPE_LONG),
+        setting("offsets_topic_segment_bytes", TYPE_INT),
+        setting("transaction_state_log_segment_bytes", TYPE_INT),
+        setting("group_initial_rebalance_delay_ms", TYPE_INT),
     ]

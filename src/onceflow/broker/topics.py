@@ -464,6 +464,16 @@ class TopicManager:
         for partition in self.partitions():
             partition.log.flush()
 
+    def flush_due(self) -> int:
+        """fsync the partitions whose flush.messages / flush.ms say so; returns how many."""
+        flushed = 0
+        for partition in self.partitions():
+            try:
+                flushed += partition.log.flush_if_due()
+            except OSError:
+                log.exception("flushing %s-%d failed", partition.topic, partition.index)
+        return flushed
+
     def close(self) -> None:
         for partition in self.partitions():
             try:

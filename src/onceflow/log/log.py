@@ -66,9 +66,9 @@ from onceflow.log.segment import (
     segment_file_name,
 )
 from onceflow.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
+from onceflow.log.validator import validate_client_batches
 from onceflow.protocol import records
 from onceflow.protocol.errors import InvalidRecord, MessageTooLarge, OffsetOutOfRange, RecordListTooLarge
-from onceflow.protocol.record_codec import decode_record_objects
 from onceflow.protocol.records import BatchHeader
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,9 @@ class Log:
         # was never written costs no fsync but the marker's (stopping 3,000 idle partitions took 9 s).
         self._unflushed: set[LogSegment] = set() if clean else set(segments[-1:])
         self._directory_changed = not clean
+        # For flush.messages / flush.ms: records appended since the last fsync, and when that was.
+        self._records_since_flush = 0
+        self._last_flush_ms = clock_ms()
         self._closed = False
         self.producer_state = producer_state
         self.producer_snapshot_interval_bytes = PRODUCER_SNAPSHOT_INTERVAL_BYTES
@@ -274,8 +277,8 @@ class Log:
         """
         if not batches:
             return AppendResult(-1, -1, -1, self.log_start_offset)
-        total = self._check_sizes(batches)
         state = self.producer_state
+        now = self._clock_ms()
         if origin is AppendOrigin.CLIENT:
             duplicate = find_duplicate(state, batches)
             if duplicate is not None:
@@ -292,9 +295,8 @@ class Log:
                 return AppendResult(
                     duplicate.first_offset, duplicate.last_offset, append_time, self.log_start_offset, True
                 )
-        if self.config.compact and origin is AppendOrigin.CLIENT:
-            self._check_keys(batches)
-        now = self._clock_ms()
+            batches = validate_client_batches(self.config, batches, now, self.directory.name)
+        total = self._check_sizes(batches)
         # Validate before writing: an epoch or sequence error raises here and nothing is written.
         producer_appends = validate_producer_batches(
             state,
@@ -316,12 +318,29 @@ class Log:
             active.created_ms = now
         active.append(buf, infos)
         self._unflushed.add(active)
+        self._records_since_flush += sum(header.record_count for header, _ in batches)
         for completed in apply_producer_appends(state, producer_appends, self.log_end_offset):
             self._complete_txn(completed)
         self._bytes_since_snapshot += total
         if self._bytes_since_snapshot >= self.producer_snapshot_interval_bytes:
             self._take_periodic_snapshot()
+        self.flush_if_due(now)
         return AppendResult(first_offset, last_offset, append_time, self.log_start_offset)
+
+    def flush_if_due(self, now_ms: int | None = None) -> bool:
+        """fsync when ``flush.messages`` records were appended, or ``flush.ms`` has passed with
+        something unflushed, since the last fsync (Kafka's per-topic flush policy; both default to
+        never). The append checks after writing, so the record that reaches the count is on disk
+        before its producer hears of it; the broker's periodic check covers a partition that goes
+        quiet with records younger than ``flush.ms``."""
+        config = self.config
+        if not self._records_since_flush:
+            return False
+        now = self._clock_ms() if now_ms is None else now_ms
+        if self._records_since_flush >= config.flush_messages or now - self._last_flush_ms >= config.flush_ms:
+            self.flush()
+            return True
+        return False
 
     def _take_periodic_snapshot(self) -> None:
         """Bound what a crash makes recovery replay; keep only the newest two inside the active segment."""
@@ -378,19 +397,6 @@ class Log:
                 f"the maximum configured segment size of {self.config.segment_bytes}."
             )
         return total
-
-    def _check_keys(self, batches: list[tuple[BatchHeader, memoryview]]) -> None:
-        """Kafka's LogValidator rule for compacted topics: every record needs a key (compaction keeps
-        the latest record of each key; one without a key could never be kept or replaced)."""
-        for header, view in batches:
-            if header.is_control:
-                continue
-            for record in decode_record_objects(header, view):
-                if record.key is None:
-                    raise InvalidRecord(
-                        f"Compacted topic cannot accept message without key in topic partition "
-                        f"{self.directory.name}."
-                    )
 
     def _assign_offsets(
         self, batches: list[tuple[BatchHeader, memoryview]], origin: AppendOrigin, now: int
@@ -681,6 +687,8 @@ class Log:
             self._txn_indexes[segment.base_offset].flush()
         self._unflushed = set()
         self._directory_changed = False
+        self._records_since_flush = 0
+        self._last_flush_ms = self._clock_ms()
         _fsync_directory(self.directory)
 
     def close(self) -> None:

@@ -64,13 +64,15 @@ def codec_for_name(name: str) -> CompressionType:
         )
 
 
-def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
-    """Compress ``data`` the way Kafka's Java producer does for ``codec``."""
+def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None = None) -> bytes:
+    """Compress ``data`` the way Kafka's Java producer does for ``codec``, at ``level`` (a topic's
+    ``compression.<codec>.level``; None: Kafka's producer default; snappy has none)."""
     if codec == CompressionType.NONE:
         return bytes(data)
     if codec == CompressionType.GZIP:
         # wbits=31: deflate inside a gzip member, as java.util.zip.GZIPOutputStream writes.
-        compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
+        gzip_level = GZIP_LEVEL if level is None or level < 0 else level
+        compressor = zlib.compressobj(gzip_level, zlib.DEFLATED, 31)
         return compressor.compress(data) + compressor.flush()
     if codec == CompressionType.SNAPPY:
         return _xerial_snappy_compress(data)
@@ -81,9 +83,10 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
             block_linked=False,
             content_checksum=False,
             store_size=False,
+            compression_level=0 if level is None else level,
         )
     if codec == CompressionType.ZSTD:
-        return bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL))
+        return bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL if level is None else level))
     raise UnsupportedCompressionType(f"unknown compression codec {codec}")
 
 

@@ -210,6 +210,7 @@ InvalidTopic = _error_class("InvalidTopic", ErrorCode.INVALID_TOPIC_EXCEPTION)
 TopicAuthorizationFailed = _error_class("TopicAuthorizationFailed", ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 InvalidRecord = _error_class("InvalidRecord", ErrorCode.INVALID_RECORD)
 InvalidTimestamp = _error_class("InvalidTimestamp", ErrorCode.INVALID_TIMESTAMP)
+NotEnoughReplicas = _error_class("NotEnoughReplicas", ErrorCode.NOT_ENOUGH_REPLICAS)
 UnsupportedForMessageFormat = _error_class(
     "UnsupportedForMessageFormat", ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
 )

@@ -162,7 +162,14 @@ def encode_batch(
     return bytes(batch)
 
 
-def rebuild_batch(header: BatchHeader, retained: list, *, delete_horizon_ms: int | None = None) -> bytes:
+def rebuild_batch(
+    header: BatchHeader,
+    retained: list,
+    *,
+    delete_horizon_ms: int | None = None,
+    compression: int | None = None,
+    level: int | None = None,
+) -> bytes:
     """The batch that ``header`` heads, holding only ``retained`` (some of its records, as
     :func:`decode_record_objects` returns them, in order): what log compaction writes back.
 
@@ -175,8 +182,11 @@ def rebuild_batch(header: BatchHeader, retained: list, *, delete_horizon_ms: int
     time after which the cleaner may remove the batch's tombstones or its marker) and the attributes
     say so; every record keeps its own timestamp, as a delta from that base (negative, usually), which
     is how every reader computes it. A batch that already has a horizon keeps it.
+
+    ``compression`` (with ``level``) stores the records with another codec: a topic's
+    ``compression.type`` that differs from the producer's.
     """
-    codec = header.compression
+    codec = header.compression if compression is None else compression
     attributes = header.attributes & ~COMPRESSION_MASK
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_FLAG
@@ -207,7 +217,7 @@ def rebuild_batch(header: BatchHeader, retained: list, *, delete_horizon_ms: int
         len(retained),
     )
     if codec != CompressionType.NONE:
-        return bytes(_compress_batch(out, codec))  # sets the codec bit and the CRC
+        return bytes(_compress_batch(out, codec, level))  # sets the codec bit and the CRC
     _UINT32.pack_into(out, _CRC_POS, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_POS:]))
     return bytes(out)
 
@@ -245,9 +255,9 @@ def _as_bytes(data: Any, what: str) -> bytes | None:
     raise TypeError(f"record {what} must be bytes or None, not {type(data).__name__}")
 
 
-def _compress_batch(batch: bytearray, codec: int) -> bytearray:
+def _compress_batch(batch: bytearray, codec: int, level: int | None = None) -> bytearray:
     """Replace the records section of an uncompressed batch with its compressed form."""
-    compressed = compress(codec, memoryview(batch)[BATCH_HEADER_SIZE:])
+    compressed = compress(codec, memoryview(batch)[BATCH_HEADER_SIZE:], level)
     out = bytearray(batch[:BATCH_HEADER_SIZE])
     out += compressed
     _INT32.pack_into(out, _BATCH_LENGTH_POS, len(out) - LOG_OVERHEAD)

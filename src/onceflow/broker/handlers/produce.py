@@ -24,7 +24,14 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from onceflow.broker import faults
 from onceflow.broker.context import CloseConnection, RequestContext
 from onceflow.broker.txn.produce_guard import add_partitions_for_produce, verify_transactional_append
-from onceflow.protocol.errors import ErrorCode, InvalidRecord, InvalidTopic, KafkaError, error_code_for
+from onceflow.protocol.errors import (
+    ErrorCode,
+    InvalidRecord,
+    InvalidTopic,
+    KafkaError,
+    NotEnoughReplicas,
+    error_code_for,
+)
 from onceflow.protocol.records import validate_produce_records
 from onceflow.protocol.transaction_versions import FIRST_TV2_PRODUCE_VERSION
 
@@ -53,7 +60,12 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> _Partitio
 
 
 def _append_partition(
-    ctx: RequestContext, topic_name: str | None, index: int, records, transactional_id: str | None = None
+    ctx: RequestContext,
+    topic_name: str | None,
+    index: int,
+    records,
+    transactional_id: str | None = None,
+    acks: int = -1,
 ) -> _PartitionResponse:
     try:
         topic = ctx.topics.get(topic_name) if topic_name is not None else None
@@ -62,6 +74,13 @@ def _append_partition(
         if topic.internal:
             raise InvalidTopic(f"cannot produce to internal topic {topic_name}")
         partition = ctx.topics.get_partition(topic_name, index)
+        min_insync = partition.log.config.min_insync_replicas
+        if acks == -1 and min_insync > 1:
+            # One broker: the in-sync replica set is the leader alone (Kafka's Partition check).
+            raise NotEnoughReplicas(
+                f"The size of the current ISR Set(1) is insufficient to satisfy the min.isr requirement "
+                f"of {min_insync} for partition {topic_name}-{index}"
+            )
         if not records:
             raise InvalidRecord(f"produce to {topic_name}-{index} has no record batch")
         # The log patches baseOffset (and LogAppendTime fields) in place: the request's own bytes when
@@ -111,7 +130,9 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
                     partitions.append(_error(data.index, rejected.code, str(rejected)))
                     continue
                 partitions.append(
-                    _append_partition(ctx, name, data.index, data.records, request.transactional_id)
+                    _append_partition(
+                        ctx, name, data.index, data.records, request.transactional_id, request.acks
+                    )
                 )
         responses.append(_TopicResponse(name=name, partition_responses=partitions))
 
