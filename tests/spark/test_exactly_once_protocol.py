@@ -143,3 +143,16 @@ def test_tasks_of_one_batch_have_independent_markers():
     ]
     assert [o.skipped for o in outcomes] == [True, False]
     assert len(cluster.committed) == 4
+
+
+def test_a_task_with_no_rows_commits_no_marker_and_later_batches_still_write_once():
+    """The marker is an offset commit naming the output topic, which may not exist before a record
+    creates it (a pipeline's first batches can be empty): an empty task commits no marker."""
+    cluster = ModelCluster()
+    writer = ModelWriter(cluster, TID)
+    assert write_exactly_once(writer, 0, []) == (0, False)
+    assert writer.pending_marker is None and cluster.markers == {}
+    write_exactly_once(ModelWriter(cluster, TID), 1, batch_records(1))
+    write_exactly_once(ModelWriter(cluster, TID), 1, batch_records(1))  # its replay
+    assert write_exactly_once(ModelWriter(cluster, TID), 0, []).records == 0  # an empty replay of 0
+    assert cluster.committed == batch_records(1)

@@ -94,6 +94,11 @@ def test_batch_read_returns_exactly_the_records_with_kafkas_schema(spark, broker
     assert sorted((r.partition, r.offset) for r in bounded.collect()) == [(0, i) for i in range(10)] + [
         (2, i) for i in range(3)
     ]
+    # Nothing to read (an empty topic): no rows, where PySpark's read(None) used to fail the job.
+    empty = topic_name("empty")
+    with SimpleClient(broker.bootstrap) as client:
+        client.create_topic(empty, partitions=2)
+    assert read_source(spark, broker.bootstrap, empty).count() == 0
 
 
 def run_available_now(

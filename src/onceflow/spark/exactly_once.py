@@ -138,7 +138,10 @@ def write_exactly_once(
                 continue
             writer.send(record)
             count += 1
-        writer.send_offsets(batch_id)
+        # A task with no rows commits no marker: its replay writes nothing either, and the marker's
+        # TxnOffsetCommit names the output topic, which may not exist until a record creates it.
+        if count:
+            writer.send_offsets(batch_id)
         writer.commit()
     except BaseException:
         try:

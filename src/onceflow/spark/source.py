@@ -94,8 +94,11 @@ class _ClusterHolder:
         ranges = split_ranges(plan_ranges(start, end), self.options.min_partitions)
         return [InputPartition(r) for r in ranges]
 
-    def read(self, partition: InputPartition) -> Iterator:
-        offset_range: OffsetRange = partition.value
+    def read(self, partition: InputPartition | None) -> Iterator:
+        offset_range: OffsetRange | None = getattr(partition, "value", None)
+        if offset_range is None:
+            return  # nothing to read: with no partitions planned, PySpark still reads one, empty
+
         with BlockingCluster(self.options.bootstrap, client_id=self.options.client_id) as cluster:
             yield from read_range(
                 cluster,
