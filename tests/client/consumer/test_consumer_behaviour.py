@@ -18,6 +18,7 @@ from tests.helpers.broker import BrokerProcess, TansuProcess, tansu_binary
 from onceflow.client import AsyncClient
 from onceflow.client.consumer import AsyncConsumer, Consumer, ConsumerGroupMetadata, OffsetAndMetadata
 from onceflow.client.consumer import TopicPartition as TP
+from onceflow.protocol.errors import KafkaError
 from onceflow.protocol.record_codec import ProducerRecord, encode_batch
 
 PARTITIONS = 6
@@ -340,3 +341,38 @@ def test_an_interrupted_blocking_poll_stops_on_the_consumer_loop_too(target):
     finally:
         signal.signal(signal.SIGINT, previous)
         consumer.close()
+
+
+def test_close_from_another_thread_ends_a_waiting_poll_and_later_calls_say_closed(target):
+    """A poll blocked in one thread while another closes the consumer used to wait for ever (its loop
+    was stopped under it) or fail with an internal state error; now it ends at once with "closed", and
+    every later call says so (it used to be "RuntimeError: Event loop is closed")."""
+    _name, broker = target
+    topic = topic_name("close-poll")
+    asyncio.run(produce(broker.bootstrap, topic, 1, partitions=1))
+    consumer = Consumer(topic, **group_settings(broker.bootstrap, topic_name("g-close")))
+    deadline = time.monotonic() + 60
+    while not consumer.poll(timeout_ms=500) and time.monotonic() < deadline:
+        pass
+    outcome: list[BaseException | list] = []
+
+    def poll_long() -> None:
+        try:
+            outcome.append(consumer.poll(timeout_ms=20_000))
+        except BaseException as exc:  # noqa: BLE001 - the outcome is the assertion
+            outcome.append(exc)
+
+    poller = threading.Thread(target=poll_long)
+    poller.start()
+    time.sleep(1)
+    started = time.monotonic()
+    consumer.close()
+    poller.join(15)
+    assert not poller.is_alive()
+    assert time.monotonic() - started < 15
+    [ended] = outcome
+    assert isinstance(ended, KafkaError) and "closed" in str(ended)
+    for call in (lambda: consumer.poll(100), consumer.commit, lambda: consumer.position(TP(topic, 0))):
+        with pytest.raises(KafkaError, match="closed"):
+            call()
+    consumer.close()  # twice: nothing

@@ -138,6 +138,14 @@ def test_the_blocking_producer_calls_back_in_the_caller_thread(broker):
         producer.send(absent, b"late")
     with pytest.raises(ProducerClosedError):
         producer.send_many(absent, [b"late"])
+    # Every other call too (they used to end in "RuntimeError: Event loop is closed" and a warning
+    # that their coroutine was never awaited).
+    for call, name in (
+        (producer.flush, "flush"),
+        (lambda: producer.partitions_for(absent), "partitions_for"),
+    ):
+        with pytest.raises(ProducerClosedError, match=rf"{name}\(\) after close"):
+            call()
     assert failed.value.code == ErrorCode.REQUEST_TIMED_OUT
     assert calls == [(None, failed.value, threading.current_thread())]
     assert many_failed.value.code == ErrorCode.REQUEST_TIMED_OUT

@@ -9,6 +9,7 @@ callback may call the consumer's blocking methods, as Kafka's "commit in onParti
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import threading
 from collections.abc import Iterable, Iterator
@@ -22,6 +23,7 @@ from onceflow.client.consumer.structs import (
     OffsetAndMetadata,
     TopicPartition,
 )
+from onceflow.protocol.errors import KafkaError
 from onceflow.protocol.record_codec import Record
 
 
@@ -36,6 +38,10 @@ class Consumer:
         **settings: Any,
     ) -> None:
         on_assign, on_revoke, on_lost = (_off_the_loop(cb) for cb in (on_assign, on_revoke, on_lost))
+        # Calls waiting on the loop from any thread: close() from another thread ends them (a poll
+        # blocked there would otherwise wait for a loop that close() stops, for ever).
+        self._waiting: set[concurrent.futures.Future] = set()
+        self._closing = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="onceflow-consumer", daemon=True)
         self._thread.start()
@@ -54,22 +60,33 @@ class Consumer:
             *topics, config=config, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost, **settings
         )
 
-    def _run(self, coro):
+    def _run(self, coro, *, closing: bool = False):
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError(
                 "a blocking Consumer method was called on the consumer's own event loop thread "
                 "(from an async callback?): it would wait for itself"
             )
+        # While close() runs, only the rebalance callbacks it calls (commit in on_revoke) may call in.
+        if self._loop.is_closed() or (self._closing and not closing and not _in_callback()):
+            coro.close()  # never started: no "coroutine was never awaited" warning
+            raise KafkaError("the consumer is closed")
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        self._waiting.add(future)
         try:
             return future.result()
+        except concurrent.futures.CancelledError:
+            if self._closing and not closing:
+                raise KafkaError("the consumer was closed (by another thread) during this call") from None
+            raise
         except BaseException:
             # Interrupted while waiting (Ctrl-C lands in the caller's thread): cancel the coroutine
             # too, so it does not go on behind the caller's back, racing close() and left pending
             # when the loop stops. A no-op when the coroutine itself raised.
             future.cancel()
             raise
+        finally:
+            self._waiting.discard(future)
 
     def _call(self, fn, *args, **kwargs):
         async def call():
@@ -94,11 +111,18 @@ class Consumer:
         return self._consumer.config
 
     def close(self, *, autocommit: bool = True, timeout_ms: int | None = None) -> None:
-        if self._loop.is_closed():
+        """Leave the group (committing first with ``autocommit``) and stop. A call another thread is
+        waiting in (a poll) ends with ``KafkaError`` "the consumer was closed"."""
+        if self._loop.is_closed() or self._closing:
             return
+        self._closing = True
+        for future in list(self._waiting):
+            future.cancel()  # its coroutine is cancelled on the loop before the close below starts
         try:
-            self._run(self._consumer.close(autocommit=autocommit, timeout_ms=timeout_ms))
+            self._run(self._consumer.close(autocommit=autocommit, timeout_ms=timeout_ms), closing=True)
         finally:
+            for future in list(self._waiting):
+                future.cancel()  # a callback's call still waiting: the loop stops now
             self._stop_loop()
 
     def subscribe(
@@ -170,14 +194,28 @@ class Consumer:
         self._call(self._consumer.resume, *partitions)
 
 
+_callback_state = threading.local()
+
+
+def _in_callback() -> bool:
+    return getattr(_callback_state, "active", False)
+
+
 def _off_the_loop(callback: Listener | None) -> Listener | None:
     """A plain-function rebalance callback, run in a worker thread so that the blocking methods it may
     call (commit, committed, position) can use the consumer's event loop meanwhile."""
     if callback is None or inspect.iscoroutinefunction(callback):
         return callback
 
+    def marked(partitions: list[TopicPartition]) -> Any:
+        _callback_state.active = True
+        try:
+            return callback(partitions)
+        finally:
+            _callback_state.active = False
+
     async def in_worker(partitions: list[TopicPartition]) -> Any:
-        result = await asyncio.to_thread(callback, partitions)
+        result = await asyncio.to_thread(marked, partitions)
         if inspect.isawaitable(result):
             result = await result
         return result

@@ -66,6 +66,9 @@ class Producer:
         self._loop.run_forever()
 
     def _call(self, coro, timeout: float | None = None):
+        if self._loop.is_closed():
+            coro.close()  # never started: no "coroutine was never awaited" warning
+            raise ProducerClosedError(f"{coro.__qualname__.rsplit('.', 1)[-1]}() after close()")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def _stop_loop(self) -> None:
