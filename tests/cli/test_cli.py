@@ -212,6 +212,48 @@ def test_pipeline_run_without_a_broker_says_so_in_one_line(runner):
     assert "Traceback" not in result.output
 
 
+def test_pipeline_run_checks_app_and_options_before_anything_starts(runner):
+    base = ["pipeline", "run", "--input", "in", "--output", "out", "--checkpoint", "/tmp/onceflow-never-made"]
+    port = f"127.0.0.1:{unused_port()}"
+    # A misspelt function is named at once (it used to surface after ~20 s of Spark start-up).
+    result = runner.invoke(
+        cli, [*base, "--app", "tests.spark.apps:no_such_function", "--bootstrap-server", port]
+    )
+    assert result.exit_code == 2
+    assert "has no function 'no_such_function'" in result.output
+    result = runner.invoke(
+        cli,
+        [
+            *base,
+            "--app",
+            "tests.spark.apps:upper_values",
+            "--source-option",
+            "failOnDataLoss",
+            "--bootstrap",
+            port,
+        ],
+    )
+    assert result.exit_code == 2
+    assert "'failOnDataLoss' is not KEY=VALUE" in result.output
+    # Well-formed options get as far as the broker check (none listens here).
+    result = runner.invoke(
+        cli,
+        [
+            *base,
+            "--app",
+            "tests.spark.apps:upper_values",
+            "--source-option",
+            "failOnDataLoss=false",
+            "--sink-option",
+            "kafka.linger.ms=20",
+            "--bootstrap-server",
+            port,
+        ],
+    )
+    assert result.exit_code == 1
+    assert "is `onceflow serve` running?" in result.output
+
+
 def test_spark_failure_cause_is_the_innermost_python_error():
     from onceflow.cli.pipeline import spark_failure_cause
 
@@ -244,3 +286,47 @@ def test_quickstart_counts_events_read_from_offsets_not_from_reports_a_kill_may_
     ]
     assert events_read(reports) == 35  # not the 25 the surviving reports add up to
     assert events_read([]) == 0
+
+
+def test_pipeline_run_hands_source_and_sink_options_to_the_pipeline(runner, monkeypatch):
+    import onceflow.spark.pipeline as spark_pipeline
+
+    seen = {}
+
+    class FakeSpark:
+        sparkContext = type("Context", (), {"setLogLevel": staticmethod(lambda level: None)})()
+
+        def stop(self):
+            seen["stopped"] = True
+
+    def fake_run(config, spark, on_progress):
+        seen["config"] = config
+        on_progress({"batchId": 0, "numInputRows": 3})
+        return [{"batchId": 0, "numInputRows": 3}]
+
+    monkeypatch.setattr("onceflow.cli.pipeline._check_input_topic", lambda bootstrap, topic: None)
+    monkeypatch.setattr(spark_pipeline, "make_spark_session", lambda *args, **kwargs: FakeSpark())
+    monkeypatch.setattr(spark_pipeline, "run_pipeline", fake_run)
+    result = runner.invoke(
+        cli,
+        [
+            "pipeline",
+            "run",
+            "--app",
+            "tests.spark.apps:upper_values",
+            "--input",
+            "in",
+            "--output",
+            "out",
+            "--checkpoint",
+            "/tmp/onceflow-never-made",
+            "--source-option",
+            "failOnDataLoss=false",
+            "--sink-option",
+            "kafka.linger.ms=20",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert seen["config"].source_options == {"failOnDataLoss": "false"}
+    assert seen["config"].sink_options == {"kafka.linger.ms": "20"}
+    assert seen["stopped"] and "1 batches, 3 rows" in result.output

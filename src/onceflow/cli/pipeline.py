@@ -22,7 +22,14 @@ def pipeline():
 @click.option("--input", "input_topic", required=True, metavar="TOPIC", help="Topic to read.")
 @click.option("--output", "output_topic", required=True, metavar="TOPIC", help="Topic to write.")
 @click.option("--checkpoint", required=True, metavar="DIR", help="Spark checkpoint dir (resume from it).")
-@click.option("--bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True, metavar="HOST:PORT")
+@click.option(
+    "--bootstrap",
+    "--bootstrap-server",
+    "bootstrap",
+    default=DEFAULT_BOOTSTRAP,
+    show_default=True,
+    metavar="HOST:PORT",
+)
 @click.option("--trigger-interval", default=None, metavar="INTERVAL", help='e.g. "5 seconds".')
 @click.option("--available-now", is_flag=True, help="Process what is in the topic now, then stop.")
 @click.option(
@@ -36,6 +43,20 @@ def pipeline():
 @click.option("--max-offsets-per-trigger", type=int, default=None)
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration.")
+@click.option(
+    "--source-option",
+    "source_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An option of the onceflow source (Spark's Kafka source names, e.g. failOnDataLoss=false).",
+)
+@click.option(
+    "--sink-option",
+    "sink_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An option of the sink (e.g. kafka.linger.ms=20, transactional.id.prefix=orders).",
+)
 @click.option(
     "--progress-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -57,14 +78,20 @@ def run(
     max_offsets_per_trigger,
     master,
     confs,
+    source_options,
+    sink_options,
     progress_file,
     spark_log_level,
 ):
     """Run APP over the records of INPUT and write its output to OUTPUT."""
     try:
-        from onceflow.spark.pipeline import PipelineConfig, make_spark_session, run_pipeline
+        from onceflow.spark.pipeline import PipelineConfig, load_app, make_spark_session, run_pipeline
     except ImportError as exc:
         raise click.ClickException(f"{exc}: install the Spark extra with pip install 'onceflow[spark]'")
+    try:
+        load_app(app)  # a typo in --app fails now, not after Spark's start-up
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--app") from None
     config = PipelineConfig(
         app=app,
         input=input_topic,
@@ -77,9 +104,13 @@ def run(
         output_mode=output_mode,
         starting_offsets=starting_offsets,
         max_offsets_per_trigger=max_offsets_per_trigger,
+        source_options=parse_key_values(source_options, "--source-option"),
+        sink_options=parse_key_values(sink_options, "--sink-option"),
     )
+    reported: list[dict] = []
 
     def report(progress: dict) -> None:
+        reported.append(progress)
         err.print(f"batch {progress['batchId']}: {progress['numInputRows']} rows in")
         if progress_file is not None:
             with progress_file.open("a") as f:
@@ -95,7 +126,7 @@ def run(
         try:
             progress = run_pipeline(config, spark, on_progress=report)
         except KeyboardInterrupt:
-            progress = []
+            progress = reported  # the batches finished before Ctrl-C
         except Exception as exc:
             if type(exc).__name__ not in _SPARK_FAILURES:
                 raise
