@@ -20,6 +20,7 @@ from operator import add, attrgetter
 from typing import Any
 
 from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AsyncClient
+from onceflow.client.connection import BrokerConnectionError
 from onceflow.client.consumer.assignors import assignors_for
 from onceflow.client.consumer.classic_protocol import GroupCoordinator
 from onceflow.client.consumer.config import CONSUMER, ConsumerConfig
@@ -131,10 +132,14 @@ class AsyncConsumer:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect to the cluster (a bootstrap server must answer); needs a running event loop."""
+        """Get ready to poll; needs a running event loop. As Kafka's consumer, it needs no broker yet:
+        a consumer made while the cluster is down polls nothing until a bootstrap server answers."""
         if self._started:
             return
-        await self._client.any_connection()
+        try:
+            await self._client.any_connection()
+        except BrokerConnectionError as exc:
+            log.warning("no bootstrap server answers yet (%s); polls will keep trying", exc)
         self._fetcher = Fetcher(self.config, self._client, self._subscriptions)
         if self._membership is not None:
             callbacks = dict(

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from onceflow.client.connection import BrokerConnectionError
 from onceflow.client.consumer.structs import ConsumerGroupMetadata
 from onceflow.client.producer import txn_requests
 from onceflow.client.producer.accumulator import (
@@ -144,7 +145,7 @@ class AsyncProducer:
             request_timeout_ms=cfg.request_timeout_ms,
             retry_backoff_ms=cfg.retry_backoff_ms,
         )
-        await self._network.any_connection()
+        await self._first_connection()
         self._sender = Sender(cfg, self._accumulator, self._network, self.txn, self.faults)
         if cfg.enable_idempotence and not self.txn.is_transactional:
             producer_id, epoch = await txn_requests.init_producer_id(self._network, self.txn, cfg)
@@ -152,6 +153,26 @@ class AsyncProducer:
             log.info("idempotent producer id %d epoch %d", producer_id, epoch)
         self._sender.start()
         self._started = True
+
+    async def _first_connection(self) -> None:
+        """A bootstrap server, waited for up to max.block.ms: a producer made while its cluster starts
+        (services started together) works once the cluster answers. Kafka's constructor never
+        connects and its first send waits up to max.block.ms instead; here the start waits."""
+        deadline = self._block_deadline()
+        backoff = self.config.retry_backoff_ms / 1000.0
+        while True:
+            try:
+                await self._network.any_connection()
+                return
+            except BrokerConnectionError as exc:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BrokerConnectionError(
+                        f"{exc} (no bootstrap server answered within max.block.ms={self.config.max_block_ms})"
+                    ) from None
+                log.debug("no bootstrap server answers yet (%s); retrying", exc)
+            await asyncio.sleep(min(backoff, remaining))
+            backoff = min(backoff * 2, 1.0)
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
