@@ -189,67 +189,39 @@ def test_dump_log_missing_path(runner, tmp_path):
     assert "no .log segment files" in result.output
 
 
+# `pipeline run` up to its app, which each test names (with the options it tries).
+PIPELINE_RUN = [
+    "pipeline",
+    "run",
+    "--input",
+    "in",
+    "--output",
+    "out",
+    "--checkpoint",
+    "/tmp/onceflow-never-made",
+]
+APP = ["--app", "tests.spark.apps:upper_values"]
+
+
 def test_pipeline_run_without_a_broker_says_so_in_one_line(runner):
-    result = runner.invoke(
-        cli,
-        [
-            "pipeline",
-            "run",
-            "--app",
-            "tests.spark.apps:upper_values",
-            "--input",
-            "in",
-            "--output",
-            "out",
-            "--checkpoint",
-            "/tmp/onceflow-never-made",
-            "--bootstrap",
-            f"127.0.0.1:{unused_port()}",
-        ],
-    )
+    result = runner.invoke(cli, [*PIPELINE_RUN, *APP, "--bootstrap", f"127.0.0.1:{unused_port()}"])
     assert result.exit_code == 1
     assert "is `onceflow serve` running?" in result.output
     assert "Traceback" not in result.output
 
 
 def test_pipeline_run_checks_app_and_options_before_anything_starts(runner):
-    base = ["pipeline", "run", "--input", "in", "--output", "out", "--checkpoint", "/tmp/onceflow-never-made"]
-    port = f"127.0.0.1:{unused_port()}"
+    port = ["--bootstrap-server", f"127.0.0.1:{unused_port()}"]
     # A misspelt function is named at once (it used to surface after ~20 s of Spark start-up).
-    result = runner.invoke(
-        cli, [*base, "--app", "tests.spark.apps:no_such_function", "--bootstrap-server", port]
-    )
+    result = runner.invoke(cli, [*PIPELINE_RUN, "--app", "tests.spark.apps:no_such_function", *port])
     assert result.exit_code == 2
     assert "has no function 'no_such_function'" in result.output
-    result = runner.invoke(
-        cli,
-        [
-            *base,
-            "--app",
-            "tests.spark.apps:upper_values",
-            "--source-option",
-            "failOnDataLoss",
-            "--bootstrap",
-            port,
-        ],
-    )
+    result = runner.invoke(cli, [*PIPELINE_RUN, *APP, "--source-option", "failOnDataLoss", *port])
     assert result.exit_code == 2
     assert "'failOnDataLoss' is not KEY=VALUE" in result.output
     # Well-formed options get as far as the broker check (none listens here).
-    result = runner.invoke(
-        cli,
-        [
-            *base,
-            "--app",
-            "tests.spark.apps:upper_values",
-            "--source-option",
-            "failOnDataLoss=false",
-            "--sink-option",
-            "kafka.linger.ms=20",
-            "--bootstrap-server",
-            port,
-        ],
-    )
+    options = ["--source-option", "failOnDataLoss=false", "--sink-option", "kafka.linger.ms=20"]
+    result = runner.invoke(cli, [*PIPELINE_RUN, *APP, *options, *port])
     assert result.exit_code == 1
     assert "is `onceflow serve` running?" in result.output
 
@@ -307,25 +279,8 @@ def test_pipeline_run_hands_source_and_sink_options_to_the_pipeline(runner, monk
     monkeypatch.setattr("onceflow.cli.pipeline._check_input_topic", lambda bootstrap, topic: None)
     monkeypatch.setattr(spark_pipeline, "make_spark_session", lambda *args, **kwargs: FakeSpark())
     monkeypatch.setattr(spark_pipeline, "run_pipeline", fake_run)
-    result = runner.invoke(
-        cli,
-        [
-            "pipeline",
-            "run",
-            "--app",
-            "tests.spark.apps:upper_values",
-            "--input",
-            "in",
-            "--output",
-            "out",
-            "--checkpoint",
-            "/tmp/onceflow-never-made",
-            "--source-option",
-            "failOnDataLoss=false",
-            "--sink-option",
-            "kafka.linger.ms=20",
-        ],
-    )
+    options = ["--source-option", "failOnDataLoss=false", "--sink-option", "kafka.linger.ms=20"]
+    result = runner.invoke(cli, [*PIPELINE_RUN, *APP, *options])
     assert result.exit_code == 0, result.output
     assert seen["config"].source_options == {"failOnDataLoss": "false"}
     assert seen["config"].sink_options == {"kafka.linger.ms": "20"}

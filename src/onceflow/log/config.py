@@ -151,6 +151,9 @@ class LogConfig:
         return "delete" in self.cleanup_policy.split(",")
 
 
+_CHOICES = {"compression": COMPRESSION_TYPES, "timestamp_type": TIMESTAMP_TYPES}
+
+
 def _text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -167,12 +170,6 @@ def _parse(name: str, raw: str | int, kind: str, minimum: int | None) -> object:
                 "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."
             )
         return text.lower() == "true"
-    if kind == "compression":
-        if text not in COMPRESSION_TYPES:
-            raise InvalidConfig(
-                f"Invalid value {text} for configuration {name}: String must be one of: {', '.join(COMPRESSION_TYPES)}"
-            )
-        return text
     if kind == "list":
         return ",".join(part.strip() for part in text.split(",") if part.strip())
     if kind == "level":
@@ -184,10 +181,11 @@ def _parse(name: str, raw: str | int, kind: str, minimum: int | None) -> object:
         if not (low <= level <= high or level in also):
             raise InvalidConfig(f"Invalid value {level} for configuration {name}: must be in [{low}, {high}]")
         return level
-    if kind == "timestamp_type":
-        if text not in TIMESTAMP_TYPES:
+    choices = _CHOICES.get(kind)
+    if choices is not None:
+        if text not in choices:
             raise InvalidConfig(
-                f"Invalid value {text} for configuration {name}: must be one of {TIMESTAMP_TYPES}"
+                f"Invalid value {text} for configuration {name}: String must be one of: {', '.join(choices)}"
             )
         return text
     if kind == "policy":
