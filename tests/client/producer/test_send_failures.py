@@ -258,3 +258,12 @@ def test_in_a_transaction_the_failure_makes_it_abortable(broker, topic, how):
     assert calls == ([] if how == "metadata-send-many" else [failed.value])
     records = read_back(broker.bootstrap, topic, 1, read_committed=True)
     assert [m.value() for m in records] == [b"next"]
+
+
+def test_a_key_or_value_that_is_not_bytes_is_named(broker, topic):
+    with Producer({"bootstrap.servers": broker.bootstrap}) as producer:
+        with pytest.raises(TypeError, match="record key must be bytes or None .*not int"):
+            producer.send(topic, b"x", key=5)
+        with pytest.raises(TypeError, match="record value must be bytes or None .*not str"):
+            producer.send(topic, "text")
+        assert producer.send(topic, b"ok", key=b"k").get(10).offset >= 0

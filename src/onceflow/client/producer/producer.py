@@ -271,6 +271,8 @@ class AsyncProducer:
         """The part of send() that needs no waiting: usable from any thread (the sync facade)."""
         if self._closed:
             raise ProducerClosedError("send() after close()")
+        if not (type(value) is bytes or value is None) or not (type(key) is bytes or key is None):
+            _check_record_types(key, value)
         txn = self.txn
         if txn.transactional_id is not None:
             txn.check_can_send()
@@ -658,3 +660,16 @@ class AsyncProducer:
             self.txn.transition(event, exc)
         except KafkaError:
             pass
+
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _check_record_types(key: object, value: object) -> None:
+    """A key or value must be bytes-like or None: serializing is the caller's (Kafka's serializers).
+    Anything else used to fail deep in the accumulator with "object of type 'int' has no len()"."""
+    for what, data in (("key", key), ("value", value)):
+        if data is not None and not isinstance(data, _BYTES_LIKE):
+            raise TypeError(
+                f"record {what} must be bytes or None (serialize it first), not {type(data).__name__}"
+            )
