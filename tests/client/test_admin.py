@@ -12,7 +12,7 @@ from onceflow.client.admin import GroupListing
 from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from onceflow.client.consumer import OffsetAndMetadata
 from onceflow.client.consumer import TopicPartition as TP
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.errors import ErrorCode, KafkaError, TopicAlreadyExists
 
 
 def test_topics_configs_partitions(broker):
@@ -20,6 +20,9 @@ def test_topics_configs_partitions(broker):
     with AdminClient(broker.bootstrap) as admin:
         admin.create_topic(topic, partitions=2, configs={"retention.ms": "3600000"})
         assert topic in admin.list_topics()
+        # Errors come as their own classes (all KafkaError), so a script can catch the one it expects.
+        with pytest.raises(TopicAlreadyExists, match="TOPIC_ALREADY_EXISTS"):
+            admin.create_topic(topic, partitions=2)
         assert sorted(admin.describe_topic(topic).partitions) == [0, 1]
         assert admin.describe_configs(topic)["retention.ms"] == "3600000"
         admin.create_partitions(topic, 4)

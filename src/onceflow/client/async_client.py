@@ -18,7 +18,7 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
 from onceflow.client.connection import DEFAULT_REQUEST_TIMEOUT_S, BrokerConnectionError, Connection
-from onceflow.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
+from onceflow.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition, kafka_error
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def _topic_id(value: uuid.UUID | None) -> uuid.UUID | None:
 def _raise_for(code: int, what: str, message: str | None = None) -> None:
     if code != ErrorCode.NONE:
         error = ErrorCode(code)
-        raise KafkaError(f"{what}: {error.name}" + (f" ({message})" if message else ""), error)
+        raise kafka_error(error, f"{what}: {error.name}" + (f" ({message})" if message else ""))
 
 
 class AsyncClient:

@@ -197,8 +197,21 @@ class KafkaError(Exception):
         return self.code.retriable
 
 
+_CLASS_FOR_CODE: dict[ErrorCode, type[KafkaError]] = {}
+
+
 def _error_class(name: str, code: ErrorCode) -> type[KafkaError]:
-    return type(name, (KafkaError,), {"code": code, "__doc__": f"Kafka error {code.name} ({int(code)})."})
+    cls = type(name, (KafkaError,), {"code": code, "__doc__": f"Kafka error {code.name} ({int(code)})."})
+    _CLASS_FOR_CODE[code] = cls
+    return cls
+
+
+def kafka_error(code: int, message: str = "") -> KafkaError:
+    """The error for a wire code: its own class where there is one (``TopicAlreadyExists``, ...), so
+    callers can catch it by name, else a plain ``KafkaError`` carrying the code."""
+    error = ErrorCode(code)
+    cls = _CLASS_FOR_CODE.get(error)
+    return cls(message) if cls is not None else KafkaError(message, error)
 
 
 CorruptMessage = _error_class("CorruptMessage", ErrorCode.CORRUPT_MESSAGE)
