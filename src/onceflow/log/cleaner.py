@@ -203,8 +203,8 @@ def _overdue(cleanable: list, first_dirty: int, now_ms: int, max_lag_ms: int) ->
     for segment in cleanable:
         if segment.base_offset >= first_dirty and segment.size:
             for _position, header in segment.headers(0):
-                first = header.max_timestamp if header.has_delete_horizon else header.base_timestamp
-                return first <= now_ms - max_lag_ms
+                first = header.first_timestamp
+                return (header.max_timestamp if first is None else first) <= now_ms - max_lag_ms
     return False
 
 

@@ -380,9 +380,9 @@ class LogSegment:
             if header.timestamp_type == 1:
                 return first, header.max_timestamp
             if header.compression:
-                # The base timestamp is the first record's, unless compaction made it a delete horizon.
-                if not header.has_delete_horizon and header.base_timestamp >= timestamp:
-                    return first, header.base_timestamp
+                first_timestamp = header.first_timestamp
+                if first_timestamp is not None and first_timestamp >= timestamp:
+                    return first, first_timestamp
                 return first, header.max_timestamp
             batch = self._pread_exact(header.size, position)
             for record_offset, record_timestamp in records.iter_record_timestamps(batch):

@@ -108,6 +108,12 @@ class BatchHeader(NamedTuple):
         return self.base_timestamp if self.attributes & DELETE_HORIZON_FLAG else None
 
     @property
+    def first_timestamp(self) -> int | None:
+        """The first record's timestamp (the base timestamp), or None where compaction made the base
+        timestamp a delete horizon."""
+        return None if self.attributes & DELETE_HORIZON_FLAG else self.base_timestamp
+
+    @property
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
 

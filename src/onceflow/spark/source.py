@@ -70,7 +70,13 @@ class _ClusterHolder:
             self._cluster = None
 
     def _bounds(
-        self, partitions: list, earliest: PartitionOffsets, latest: PartitionOffsets, *, ending: bool
+        self,
+        partitions: list,
+        earliest: PartitionOffsets,
+        latest: PartitionOffsets,
+        *,
+        ending: bool,
+        missing: int = EARLIEST,
     ) -> PartitionOffsets:
         """Where a read starts (or, ``ending``, ends): by timestamp when the options give one (they
         take precedence, as in Spark), else by the offsets spec."""
@@ -86,8 +92,6 @@ class _ClusterHolder:
             return offsets_at_timestamps(found, timestamps, latest, strategy=strategy, option=option)
         if ending:
             return resolve_spec(options.ending_offsets, partitions, earliest, latest, missing=LATEST)
-        # A stream starts new partitions (absent from a JSON spec) at latest, a batch read at earliest.
-        missing = LATEST if isinstance(self, DataSourceStreamReader) else EARLIEST
         return resolve_spec(options.starting_offsets, partitions, earliest, latest, missing=missing)
 
     def _input_partitions(self, start: PartitionOffsets, end: PartitionOffsets) -> list[InputPartition]:
@@ -122,7 +126,8 @@ class OnceflowStreamReader(_ClusterHolder, DataSourceStreamReader, SupportsTrigg
         partitions = self.cluster.subscribed_partitions(self.options)
         earliest = self.cluster.earliest(partitions)
         latest = self.cluster.latest(partitions, self.options.isolation_level)
-        start = self._bounds(partitions, earliest, latest, ending=False)
+        # A stream starts partitions absent from a JSON spec at latest (a batch read: at earliest).
+        start = self._bounds(partitions, earliest, latest, ending=False, missing=LATEST)
         log.info("onceflow source starts at %s", start)
         return offsets_to_json(start)
 

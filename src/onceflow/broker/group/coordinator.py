@@ -556,15 +556,20 @@ class GroupCoordinator:
                 self._write_offset_tombstones(group_id, doomed)
                 removed += len(doomed)
                 log.info("group %s: %d offsets of deleted partitions removed", group_id, len(doomed))
-            if self._offsets.has_offsets(group_id):
-                continue
-            group = self._groups.get(group_id)
-            if group is not None and group.is_in(S.EMPTY):
-                self._remove_group(group)
-            consumer_group = self.consumer_groups.get(group_id)
-            if consumer_group is not None and not consumer_group.members:
-                self.consumer_groups.delete(group_id)
+            self._delete_if_unused(group_id)
         return removed
+
+    def _delete_if_unused(self, group_id: str) -> None:
+        """Delete a group that has neither offsets nor members (an Empty classic group, a consumer
+        group without members), as Kafka does once its offsets expire or their topic is deleted."""
+        if self._offsets.has_offsets(group_id):
+            return
+        group = self._groups.get(group_id)
+        if group is not None and group.is_in(S.EMPTY):
+            self._remove_group(group)
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None and not consumer_group.members:
+            self.consumer_groups.delete(group_id)
 
     def _write_offset_tombstones(
         self, group_id: str, tps: Iterable[TopicPartition], *, with_group: bool = False
@@ -728,8 +733,8 @@ class GroupCoordinator:
                 self._write_offset_tombstones(group.group_id, expired)
                 expired_total += len(expired)
                 log.info("group %s: %d offsets expired", group.group_id, len(expired))
-            if empty and not self._offsets.has_offsets(group.group_id):
-                self._remove_group(group)
+            if empty:
+                self._delete_if_unused(group.group_id)
         for consumer_group in self.consumer_groups.all():
             expired_total += self._expire_consumer_group_offsets(consumer_group, now, retention)
         return expired_total
@@ -750,8 +755,7 @@ class GroupCoordinator:
         if expired:
             self._write_offset_tombstones(group.group_id, expired)
             log.info("group %s: %d offsets expired", group.group_id, len(expired))
-        if not group.members and not self._offsets.has_offsets(group.group_id):
-            self.consumer_groups.delete(group.group_id)
+        self._delete_if_unused(group.group_id)
         return len(expired)
 
 
