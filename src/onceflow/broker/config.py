@@ -24,6 +24,11 @@ class BrokerConfig:
     num_partitions: int = 1  # num.partitions: partitions of auto-created topics and of CreateTopics(-1)
     default_replication_factor: int = 1  # default.replication.factor
     socket_request_max_bytes: int = 104857600  # socket.request.max.bytes (100 MB)
+    # The memory of all requests being read or waiting for their handler (KIP-72's pool; see
+    # broker/memory_pool.py). Kafka's default is -1, no bound: a few hundred connections announcing
+    # big frames then took the broker past the machine's memory. 256 MiB holds a few hundred 1 MB
+    # produce requests at once, 2.5 times the largest single request; 0 or less: no bound, as in Kafka.
+    queued_max_request_bytes: int = 268435456  # queued.max.request.bytes
     # A connection that reads and writes nothing for this long is closed (negative: never).
     connections_max_idle_ms: int = 600000  # connections.max.idle.ms (10 minutes)
     # Defaults of the topic configs for topics that do not set their own (Kafka's broker names; the
@@ -102,6 +107,11 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
         self._check_topic_config_defaults()
+        if 0 < self.queued_max_request_bytes < self.socket_request_max_bytes:
+            raise ValueError(
+                f"queued.max.request.bytes ({self.queued_max_request_bytes}) must be at least "
+                f"socket.request.max.bytes ({self.socket_request_max_bytes}), or <= 0 for no bound"
+            )
         if self.connections_max_idle_ms == 0:
             raise ValueError("connections.max.idle.ms must be positive (or negative: never close), not 0")
         for name in ("offsets_topic_segment_bytes", "transaction_state_log_segment_bytes"):

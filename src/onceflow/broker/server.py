@@ -31,8 +31,10 @@ from onceflow.broker.fetch_session import FetchSessionCache
 from onceflow.broker.group.service import start_group_coordinator
 from onceflow.broker.handlers import HANDLERS
 from onceflow.broker.idle_connections import close_idle_connections
+from onceflow.broker.limit_events import LimitEvents
 from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.malloc_tuning import keep_freed_memory_for_reuse
+from onceflow.broker.memory_pool import MemoryPool
 from onceflow.broker.open_files import raise_open_file_limit
 from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.topics import TopicManager
@@ -81,6 +83,9 @@ class Broker:
         self._log_cleaner_task: asyncio.Task[None] | None = None
         self.port = config.port
         self._data_dir_lock: DataDirLock | None = None
+        # Every limit that bites is counted here (and logged at most once per kind per interval).
+        self.limit_events = LimitEvents()
+        self.memory_pool: MemoryPool | None = None  # queued.max.request.bytes; made on the loop
 
     async def start(self) -> None:
         self._data_dir_lock = lock_data_dir(Path(self.config.data_dir))  # raises DataDirInUse
@@ -92,6 +97,10 @@ class Broker:
 
     async def _start(self) -> None:
         self.topics.load()
+        capacity = self.config.queued_max_request_bytes
+        self.memory_pool = MemoryPool(
+            capacity if capacity > 0 else -1, schedule=asyncio.get_running_loop().call_soon
+        )
         # Bind now (the port is part of the services) but accept only once the coordinators have
         # loaded: a request served earlier would meet no services, or no transaction coordinator and
         # so skip the KIP-890 produce check and TxnOffsetCommit's transaction check.
@@ -198,6 +207,8 @@ class Broker:
             self.supported,
             max_request_bytes=self.config.socket_request_max_bytes,
             on_close=self._connections.discard,
+            pool=self.memory_pool,
+            limit_events=self.limit_events,
         )
         self._connections.add(connection)
         return connection
