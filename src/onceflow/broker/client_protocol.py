@@ -122,6 +122,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
         on_close: Callable[[ClientProtocol], None],
         pool: MemoryPool | None = None,
         limit_events: LimitEvents | None = None,
+        on_open: Callable[[ClientProtocol], bool] | None = None,
     ) -> None:
         self._dispatch = dispatch
         self._supported = supported
@@ -129,6 +130,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self._limit_events = limit_events if limit_events is not None else LimitEvents()
         self._connection = Connection(supported, max_request_bytes=max_request_bytes, pool=self._pool)
         self._on_close = on_close
+        self._on_open = on_open  # False: refused (a connection limit), closed before reading a byte
         self._transport: Any = None
         self._peer: Any = None
         # Unanswered requests in request order: a future (a task, or a handler's failure), or an
@@ -151,6 +153,9 @@ class ClientProtocol(asyncio.BufferedProtocol):
         # Any: uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = transport
         self._peer = transport.get_extra_info("peername")
+        if self._on_open is not None and not self._on_open(self):
+            self.abort()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             # asyncio and uvloop set it already; a small answer held back by Nagle's algorithm behind
@@ -201,6 +206,11 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self._read_events()
 
     # -- ours ----------------------------------------------------------------------------------------
+
+    @property
+    def peer_address(self) -> str:
+        """The client's IP address (as text), or "" where the transport has none."""
+        return self._peer[0] if isinstance(self._peer, tuple) and self._peer else ""
 
     def idle_since(self) -> float | None:
         """When this connection last read or wrote, if it owes no answer now; None if it does."""
