@@ -20,11 +20,12 @@ transactions (BeginTransactionRecord 23 ...) and RegisterControllerRecord 27 (KI
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from onceflow.metadata.schema import ZERO_UUID, encode, kfield, struct_reader
+from onceflow.metadata.schema import ZERO_UUID, encode, kfield, specs, struct_reader
 from onceflow.protocol.errors import CorruptMessage
 from onceflow.protocol.schema_io import SchemaReader, SchemaWriter
 
@@ -276,11 +277,25 @@ def record_class(api_key: int) -> type[MetadataRecord]:
     return cls
 
 
+def write_version(record: Any) -> int:
+    """The version we write ``record`` at: its class's, or the first later one that can carry every
+    field it sets (BrokerRegistrationChangeRecord v1 for a controlled shutdown, as Kafka)."""
+    cls = type(record)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    needed = [
+        spec for name, spec in specs(cls) if getattr(record, name) != defaults.get(name, dataclasses.MISSING)
+    ]
+    for version in range(cls.VERSION, cls.VALID_VERSIONS[1] + 1):
+        if all(spec.present(version) for spec in needed):
+            return version
+    return cls.VERSION
+
+
 def to_bytes(record: Any, version: int | None = None) -> bytes:
-    """The record in Kafka's metadata frame, at ``version`` (default: the version we write)."""
+    """The record in Kafka's metadata frame, at ``version`` (default: :func:`write_version`)."""
     cls = type(record)
     if version is None:
-        version = cls.VERSION
+        version = write_version(record)
     low, high = cls.VALID_VERSIONS
     if not low <= version <= high:
         raise ValueError(f"{cls.__name__} has no version {version} (valid: {low}-{high})")
