@@ -333,3 +333,14 @@ def test_handle_commit_refuses_a_batch_it_did_not_write():
     ctl, log = controller()
     with pytest.raises(RuntimeError):
         ctl.handle_commit(Batch(5, 5, [FeatureLevelRecord(name="x", feature_level=1)]))
+
+
+def test_a_snapshot_of_the_committed_image_loads_into_another_controller():
+    ctl, log = live_cluster(3)
+    create_topics(ctl, log, ("t", 3, 2, {"retention.ms": "9"}))
+    allocate_producer_ids(ctl, log, 1)
+    offset, records = ctl.snapshot()
+    assert offset == log.end_offset
+    standby = QuorumController(ControllerConfig(node_id=2, metadata_max_idle_interval_ms=0))
+    standby.handle_load_snapshot(type("Snapshot", (), {"offset": offset, "records": records})())
+    assert standby.committed_image == ctl.committed_image and standby.next_offset == offset

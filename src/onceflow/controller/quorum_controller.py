@@ -37,7 +37,7 @@ from onceflow.controller.config import ControllerConfig, ControllerResult
 from onceflow.controller.sessions import BrokerSessions
 from onceflow.metadata.image import METADATA_VERSION, MetadataImage
 from onceflow.metadata.records import FeatureLevelRecord, NoOpRecord, from_bytes
-from onceflow.metadata.snapshot import load_snapshot
+from onceflow.metadata.snapshot import load_snapshot, snapshot_bytes
 from onceflow.protocol.errors import ErrorCode, KafkaError
 from onceflow.protocol.messages import (
     AllocateProducerIdsResponse,
@@ -69,7 +69,9 @@ class QuorumController:
         committed_offset: int = -1,
     ) -> None:
         self.config = config or ControllerConfig()
-        self.rng = rng or random.Random(self.config.node_id)
+        # Topic ids and placements come from here: seeded in tests, from the OS otherwise (a fixed
+        # seed would give two controllers, or one controller after a restart, the same topic ids).
+        self.rng = rng or random.Random()
         self._committed = image or MetadataImage.EMPTY
         self._committed_offset = committed_offset
         self._image = self._committed
@@ -112,6 +114,10 @@ class QuorumController:
     @property
     def next_offset(self) -> int:
         return self._next_offset
+
+    def snapshot(self) -> tuple[int, list[bytes]]:
+        """The committed image as a snapshot: (the first offset after it, its records as bytes)."""
+        return self._committed_offset + 1, snapshot_bytes(self._committed)
 
     # ------------------------------------------------------------ the log's listener
 

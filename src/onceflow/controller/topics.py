@@ -174,6 +174,14 @@ def _validate_configs(config: ControllerConfig, name: str, configs: dict[str, st
             raise KafkaError(problem, ErrorCode.INVALID_CONFIG)
 
 
+def new_topic_id(image: MetadataImage, rng: random.Random) -> uuid.UUID:
+    """A random topic id no topic has (nor the zero id, which Kafka reserves)."""
+    while True:
+        topic_id = uuid.UUID(int=rng.getrandbits(128))
+        if topic_id.int != 0 and topic_id not in image.topics:
+            return topic_id
+
+
 def create_topics(
     image: MetadataImage, config: ControllerConfig, request: CreateTopicsRequest, rng: random.Random
 ) -> tuple[list, CreateTopicsResponse]:
@@ -212,7 +220,7 @@ def create_topics(
                 )
             )
             continue
-        topic_id = uuid.UUID(int=rng.getrandbits(128))
+        topic_id = new_topic_id(image, rng)
         taken[_collision_key(topic.name)] = topic.name
         records.append(TopicRecord(name=topic.name, topic_id=topic_id))
         records.extend(
