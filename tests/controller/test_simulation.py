@@ -25,3 +25,9 @@ def test_controller_simulation(seed):
 @pytest.mark.parametrize("seed", range(max(SEEDS // 4, 1)))
 def test_controller_simulation_with_unclean_election(seed):
     run_simulation(1_000_000 + seed, STEPS, unclean=True)
+
+
+def test_a_seed_replays_the_same_run():
+    first, second = run_simulation(7, 150), run_simulation(7, 150)
+    assert [b.records for b in first.log] == [b.records for b in second.log]
+    assert first.reference == second.reference
