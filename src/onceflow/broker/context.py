@@ -6,14 +6,18 @@ issues add (producer ids, group and transaction coordinators) are ``None`` until
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from onceflow.broker.security.session import LOCAL, Session
 
 if TYPE_CHECKING:
     from onceflow.broker.config import BrokerConfig
     from onceflow.broker.faults import Faults
     from onceflow.broker.fetch_session import FetchSessionCache
     from onceflow.broker.quotas.manager import ClientQuotas
+    from onceflow.broker.security.authorizer import StandardAuthorizer
+    from onceflow.broker.security.credentials import ScramCredentials
     from onceflow.broker.topics import TopicManager
 
 
@@ -32,6 +36,15 @@ class BrokerServices:
     groups: Any = None
     transactions: Any = None
     quotas: ClientQuotas | None = None  # client quotas (broker/quotas)
+    # broker/security: the ACL authorizer (None: none configured, everything is allowed, as in Kafka),
+    # the SCRAM credentials, and each listener's advertised (host, port).
+    authorizer: StandardAuthorizer | None = None
+    scram: ScramCredentials | None = None
+    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        """Where clients of ``listener`` reach this broker (Metadata answers on the asker's listener)."""
+        return self.endpoints.get(listener) or (self.advertised_host, self.advertised_port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +54,8 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     services: BrokerServices
+    # The connection's listener, client address and principal (broker/security/session).
+    session: Session = LOCAL
 
     @property
     def config(self) -> BrokerConfig:
@@ -73,6 +88,11 @@ class RequestContext:
     @property
     def quotas(self) -> ClientQuotas | None:
         return self.services.quotas
+
+    @property
+    def endpoint(self) -> tuple[str, int]:
+        """This broker's (host, port) on the request's listener."""
+        return self.services.endpoint(self.session.listener)
 
 
 class CloseConnection(Exception):  # noqa: N818 - an instruction, not an error condition

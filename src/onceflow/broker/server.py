@@ -9,12 +9,18 @@ Handlers start in request order, and handlers that change state (Produce) do so 
 
 A handler returning ``None`` sends no response (acks=0 produce, dropped-response fault): later
 responses still go out in order.
+
+Listeners (``broker/security``): each listener of ``listeners`` is a server of its own, with TLS where
+its protocol says so; every connection has a ``Session`` (listener, client address, principal) that
+its requests' contexts carry, so that handlers authorize the principal and answer with the
+endpoints of the listener the client used.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import time
@@ -42,6 +48,14 @@ from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.quotas.manager import ClientQuotas
 from onceflow.broker.quotas.store import FileQuotaStore
 from onceflow.broker.quotas.throttling import answer_within_quotas
+from onceflow.broker.security.acl_store import FileAclStore
+from onceflow.broker.security.authorizer import StandardAuthorizer
+from onceflow.broker.security.config import ListenerSecurity
+from onceflow.broker.security.credentials import FileScramStore, ScramCredentials
+from onceflow.broker.security.principal import ANONYMOUS, user
+from onceflow.broker.security.principal import distinguished_name as _distinguished_name
+from onceflow.broker.security.sasl_authenticator import SaslAuthenticator
+from onceflow.broker.security.session import Session
 from onceflow.broker.topics import TopicManager
 from onceflow.broker.txn.pid_manager import ProducerIdManager
 from onceflow.broker.txn.service import TransactionService
@@ -78,7 +92,9 @@ class Broker:
             h.API_KEY: SupportedApi(h.API_KEY, h.MIN_VERSION, h.MAX_VERSION, h.REQUEST) for h in HANDLERS
         }
         self.services: BrokerServices | None = None
-        self._server: asyncio.Server | None = None
+        self.security = config.security_config()
+        self._servers: dict[str, asyncio.Server] = {}
+        self.bound: dict[str, tuple[str, int]] = {}  # listener name -> (host, bound port)
         self._connections: set[ClientProtocol] = set()
         self._housekeeping: asyncio.Task[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -115,24 +131,43 @@ class Broker:
         self.memory_pool = MemoryPool(
             capacity if capacity > 0 else -1, schedule=asyncio.get_running_loop().call_soon
         )
-        # Bind now (the port is part of the services) but accept only once the coordinators have
+        # Bind now (the ports are part of the services) but accept only once the coordinators have
         # loaded: a request served earlier would meet no services, or no transaction coordinator and
         # so skip the KIP-890 produce check and TxnOffsetCommit's transaction check.
-        self._server = await asyncio.get_running_loop().create_server(
-            self._new_connection,
-            self.config.host,
-            self.config.port,
-            reuse_address=True,
-            start_serving=False,
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        for listener in self.security.listeners:
+            server = await loop.create_server(
+                functools.partial(self._new_connection, listener),
+                listener.host or None,
+                listener.port,
+                reuse_address=True,
+                start_serving=False,
+                ssl=listener.ssl_context,
+            )
+            self._servers[listener.name] = server
+            self.bound[listener.name] = (listener.host, server.sockets[0].getsockname()[1])
+        first = self.security.listeners[0]
+        self.port = self.bound[first.name][1]
+        endpoints = {
+            lst.name: (
+                lst.advertised_host or lst.host or "127.0.0.1",
+                lst.advertised_port or self.bound[lst.name][1],
+            )
+            for lst in self.security.listeners
+        }
+        authorizer_settings = self.security.authorizer
         self.services = BrokerServices(
             config=self.config,
             topics=self.topics,
             faults=self.faults,
             cluster_id=self.topics.cluster_id,
-            advertised_host=self.config.host,
-            advertised_port=self.port,
+            advertised_host=endpoints[first.name][0],
+            advertised_port=endpoints[first.name][1],
+            endpoints=endpoints,
+            authorizer=StandardAuthorizer(authorizer_settings, FileAclStore(self.config.data_dir))
+            if authorizer_settings is not None
+            else None,
+            scram=ScramCredentials(FileScramStore(self.config.data_dir)),
             fetch_sessions=FetchSessionCache(
                 self.config.max_incremental_fetch_session_cache_slots,
                 self.config.min_incremental_fetch_session_eviction_ms,
@@ -165,13 +200,36 @@ class Broker:
         )
         await transactions.start()  # replays __transaction_state, finishes Prepare* transactions
         self.services.transactions = transactions
-        await self._server.start_serving()
-        log.info("onceflow broker listening on %s:%d", self.config.host, self.port)
+        for listener in self.security.listeners:
+            if listener in self.security.open_listeners():
+                log.warning(
+                    "listener %s on %s:%d has no authentication and no authorizer stops anonymous clients: "
+                    "anyone who can reach the port can read and write everything (set "
+                    "listener.security.protocol.map to SASL_SSL or SSL with ssl.client.auth=required, and "
+                    "authorizer.class.name; see docs/security.md)",
+                    listener.name,
+                    listener.host or "0.0.0.0",
+                    self.bound[listener.name][1],
+                )
+        for server in self._servers.values():
+            await server.start_serving()
+        for listener in self.security.listeners:
+            host, port = self.bound[listener.name]
+            if listener.name == "PLAINTEXT" and listener.protocol == "PLAINTEXT" and len(self.bound) == 1:
+                log.info("onceflow broker listening on %s:%d", host, port)
+            else:
+                log.info(
+                    "onceflow broker listening on %s:%d (%s, %s)",
+                    host or "0.0.0.0",
+                    port,
+                    listener.name,
+                    listener.protocol,
+                )
 
     async def stop(self) -> None:
         """Stop accepting, drop connections, flush and close every log."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers.values():
+            server.close()
         for task in (
             self._housekeeping,
             self._flusher,
@@ -189,10 +247,10 @@ class Broker:
             connection.abort()
         if connections:
             await asyncio.wait([c.closed for c in connections], timeout=5.0)
-        if self._server is not None:
+        for server in self._servers.values():
             with contextlib.suppress(Exception):
-                await self._server.wait_closed()
-            self._server = None
+                await server.wait_closed()
+        self._servers.clear()
         if self._log_cleaner is not None:
             self._log_cleaner.close()  # before the logs close: a build may be reading their segments
         if self.services is not None and self.services.transactions is not None:
@@ -220,15 +278,27 @@ class Broker:
             await asyncio.sleep(interval)
             self.topics.flush_due()
 
-    def _new_connection(self) -> ClientProtocol:
+    def _new_connection(self, listener: ListenerSecurity) -> ClientProtocol:
+        session = Session(listener=listener.name, security_protocol=listener.protocol)
+        sasl = listener.sasl
+        authenticator = None
+        if sasl is not None:
+            scram = self.services.scram if self.services is not None else None
+            authenticator = SaslAuthenticator(sasl, scram.lookup if scram is not None else None)
         connection = ClientProtocol(
-            self._dispatch,
+            functools.partial(self._dispatch, session),
             self.supported,
             max_request_bytes=self.config.socket_request_max_bytes,
             on_close=self._connection_closed,
             pool=self.memory_pool,
             limit_events=self.limit_events,
             on_open=self._admit,
+            session=session,
+            authenticator=authenticator,
+            max_unauthenticated_bytes=sasl.max_receive_size if sasl is not None else None,
+            certificate_principal=functools.partial(_certificate_principal, listener)
+            if listener.protocol == "SSL"
+            else None,
         )
         self._connections.add(connection)
         return connection
@@ -262,7 +332,7 @@ class Broker:
 
     # -- requests ----------------------------------------------------------------------------------
 
-    async def _dispatch(self, event: RequestReceived) -> Answer:
+    async def _dispatch(self, session: Session, event: RequestReceived) -> Answer:
         header = event.header
         assert self.services is not None
         ctx = RequestContext(
@@ -271,6 +341,7 @@ class Broker:
             correlation_id=header.correlation_id,
             client_id=header.client_id,
             services=self.services,
+            session=session,
         )
         log.debug(
             "api %d v%d correlation %d from %s",
@@ -287,6 +358,14 @@ class Broker:
         if response is None:
             return None
         return apis.encode_response(response, header.correlation_id, header.api_version)
+
+
+def _certificate_principal(listener: ListenerSecurity, peercert: dict | None):
+    """An SSL listener's principal: the client certificate's subject through ssl.principal.mapping.rules,
+    or ANONYMOUS without a certificate (ssl.client.auth=requested or none). ValueError: no rule applies."""
+    if not peercert:
+        return ANONYMOUS
+    return user(listener.principal_mapper.name_for(_distinguished_name(peercert)))
 
 
 async def _serve_until_signalled(config: BrokerConfig) -> None:

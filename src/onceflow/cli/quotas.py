@@ -7,8 +7,8 @@ sets and shows them (KIP-546's AlterClientQuotas and DescribeClientQuotas).
     onceflow quotas describe [--client app | --client-defaults] [--user U | --user-defaults]
     onceflow quotas describe --entity-type clients
 
-Until onceflow authenticates clients every client's user is ANONYMOUS, so a user quota matters only
-as ``--user ANONYMOUS`` or ``--user-defaults`` (and then applies to every client).
+A client's user is the name its connection authenticated as (SASL, or a client certificate; see
+docs/security.md), ``ANONYMOUS`` on a listener without authentication.
 """
 
 from __future__ import annotations

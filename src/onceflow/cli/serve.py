@@ -14,18 +14,34 @@ from onceflow.cli.common import parse_key_values
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def broker_config(host: str, port: int, data_dir: Path, faults: dict[str, str], overrides: dict[str, str]):
-    """A ``BrokerConfig`` from the command line; ``overrides`` use Kafka's names (``num.partitions``)."""
+def broker_config(
+    host: str | None, port: int | None, data_dir: Path, faults: dict[str, str], overrides: dict[str, str]
+):
+    """A ``BrokerConfig`` from the command line; ``overrides`` use Kafka's names (``num.partitions``).
+    Security settings (``listeners``, ``ssl.*``, ``sasl.*``, ``listener.name.*``, the authorizer's) go to
+    ``BrokerConfig.security``; with ``listeners`` set, ``--host``/``--port`` are not used."""
     from onceflow.broker.config import BrokerConfig  # lazily: the CLI must load without the broker
+    from onceflow.broker.security.config import is_security_key
 
     fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
-    kwargs: dict = {"host": host, "port": port, "data_dir": data_dir}
-    for name, raw in _in_milliseconds(overrides).items():
-        field_name = name.replace(".", "_").replace("-", "_")
-        if field_name not in fields or field_name in ("faults", "data_dir", "host", "port"):
-            settable = sorted(
-                n.replace("_", ".") for n in fields if n not in ("faults", "data_dir", "host", "port")
+    security = {name: raw for name, raw in overrides.items() if is_security_key(name)}
+    if "listeners" in security:
+        if host is not None or port is not None:
+            raise click.BadParameter(
+                "give either listeners or --host/--port, not both", param_hint="--config"
             )
+        host, port = _first_listener(security["listeners"])
+    kwargs: dict = {
+        "host": host if host is not None else "127.0.0.1",
+        "port": port if port is not None else 9092,
+        "data_dir": data_dir,
+        "security": security,
+    }
+    reserved = ("faults", "data_dir", "host", "port", "security")
+    for name, raw in _in_milliseconds({k: v for k, v in overrides.items() if k not in security}).items():
+        field_name = name.replace(".", "_").replace("-", "_")
+        if field_name not in fields or field_name in reserved:
+            settable = sorted(n.replace("_", ".") for n in fields if n not in reserved)
             raise click.BadParameter(
                 f"unknown broker config {name!r}; known: {', '.join(settable)}", param_hint="--config"
             )
@@ -41,6 +57,20 @@ def broker_config(host: str, port: int, data_dir: Path, faults: dict[str, str], 
         return BrokerConfig(**kwargs)
     except ValueError as exc:  # a value out of range, e.g. transaction.version=3
         raise click.BadParameter(str(exc), param_hint="--config")
+
+
+def _first_listener(text: str) -> tuple[str, int]:
+    """The host and port of the first of ``listeners`` (what the broker's logs speak of); the full check
+    is broker/security/config's."""
+    first = text.split(",")[0].strip()
+    _, _, address = first.partition("://")
+    host, _, port = address.rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        raise click.BadParameter(
+            f"listeners: {first!r} is not of the form NAME://host:port", param_hint="--config"
+        )
 
 
 # Kafka's coarser names for two broker times, in the order Kafka prefers them (ms, minutes, hours).
@@ -85,9 +115,12 @@ def _convert(raw: str, kind: type, name: str):
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--host", default=None, help="Address to listen on (default 127.0.0.1; or set listeners).")
 @click.option(
-    "--port", default=9092, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port."
+    "--port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on (default 9092, 0 picks a free port; or set listeners).",
 )
 @click.option(
     "--data-dir",
@@ -128,6 +161,7 @@ def serve(host, port, data_dir, faults, configs, dev, verbose):
     except ValueError as exc:  # e.g. an unknown fault point name
         raise click.BadParameter(str(exc), param_hint="--fault/--config")
     except OSError as exc:
-        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
+        where = config.security.get("listeners") or f"{config.host}:{config.port}"
+        raise click.ClickException(f"cannot serve on {where}: {exc.strerror or exc}")
     except KeyboardInterrupt:
         pass

@@ -46,10 +46,11 @@ async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> Descri
             ErrorCode.MISMATCHED_ENDPOINT_TYPE,
             "this endpoint is a broker; it describes broker endpoints only",
         )
+    host, port = ctx.endpoint
     broker = DescribeClusterResponse.DescribeClusterBroker(
         broker_id=ctx.config.node_id,
-        host=services.advertised_host,
-        port=services.advertised_port,
+        host=host,
+        port=port,
         rack=None,
         is_fenced=False,
     )

@@ -30,7 +30,7 @@ def _answer(ctx: RequestContext, key_type: int) -> tuple[ErrorCode, str | None]:
 
 async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     node = ctx.config.node_id
-    host, port = ctx.services.advertised_host, ctx.services.advertised_port
+    host, port = ctx.endpoint
     key_type = request.key_type if ctx.api_version >= 1 else GROUP_KEY_TYPE
     if ctx.api_version >= 4:
         coordinators = []

@@ -96,13 +96,14 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
                 authorized_operations.TOPIC, True
             )
     services = ctx.services
+    host, port = ctx.endpoint
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[
             MetadataResponse.MetadataResponseBroker(
                 node_id=ctx.config.node_id,
-                host=services.advertised_host,
-                port=services.advertised_port,
+                host=host,
+                port=port,
                 rack=None,
             )
         ],
