@@ -1,7 +1,8 @@
 """CreatePartitions (37): grow topics to a larger partition count (Kafka never shrinks a topic).
 
 As in Kafka, one request may add at most 10,000 partitions in all; above that every topic of the
-request is refused with POLICY_VIOLATION and nothing is created.
+request is refused with POLICY_VIOLATION and nothing is created. Each topic needs ALTER, else
+TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import ALTER, TOPIC, allowed_names
 from onceflow.broker.topics import MAX_PARTITIONS_PER_REQUEST
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
@@ -58,8 +60,18 @@ async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> Creat
             ],
         )
     names = [t.name for t in request.topics]
+    alterable = allowed_names(ctx, ALTER, TOPIC, names)
     results = []
     for topic in request.topics:
+        if alterable is not None and topic.name not in alterable and names.count(topic.name) == 1:
+            results.append(
+                _Result(
+                    name=topic.name,
+                    error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                    error_message="The topic authorization is failed.",
+                )
+            )
+            continue
         if names.count(topic.name) > 1:
             results.append(
                 _Result(

@@ -3,6 +3,10 @@
 One broker: the replication factor must be -1 (the default) or 1, and manual assignments may only
 name this broker. As in Kafka, a request that would make more than 10,000 partitions in all is refused
 as a whole (POLICY_VIOLATION for each of its topics) before anything is checked or created.
+
+Authorization (Kafka's): CREATE on the cluster, else CREATE on each topic (TOPIC_AUTHORIZATION_FAILED
+for the others); a created topic's configs are in the answer only with DESCRIBE_CONFIGS on it (else
+its config error is TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import CLUSTER, CREATE, DESCRIBE_CONFIGS, TOPIC, allowed_names, authorize
 from onceflow.broker.topic_configs import describe_topic_configs
 from onceflow.broker.topics import MAX_PARTITIONS_PER_REQUEST
 from onceflow.protocol.errors import (
@@ -66,10 +71,21 @@ def _requested_partitions(ctx: RequestContext, topic) -> int:
     return max(topic.num_partitions, 0)
 
 
-def _create(ctx: RequestContext, topic, validate_only: bool) -> _Result:
+def _create(ctx: RequestContext, topic, validate_only: bool, show_configs: bool = True) -> _Result:
     configs = {c.name: c.value for c in topic.configs}
     count = _partition_count(ctx, topic)
     created = ctx.topics.create_topic(topic.name, count, configs, validate_only=validate_only)
+    if not show_configs:
+        return _Result(
+            name=topic.name,
+            topic_id=created.topic_id if not validate_only else None,
+            error_code=0,
+            error_message=None,
+            topic_config_error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+            num_partitions=-1,
+            replication_factor=-1,
+            configs=[],
+        )
     return _Result(
         name=topic.name,
         topic_id=created.topic_id if not validate_only else None,
@@ -111,6 +127,12 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
             topics=[_failed(topic.name, ErrorCode.POLICY_VIOLATION, message) for topic in request.topics],
         )
     names = [t.name for t in request.topics]
+    creatable = (
+        None
+        if authorize(ctx, CREATE, CLUSTER, log_denied=False)
+        else allowed_names(ctx, CREATE, TOPIC, names)
+    )
+    describable = allowed_names(ctx, DESCRIBE_CONFIGS, TOPIC, names, log_denied=False)
     results = []
     for topic in request.topics:
         if names.count(topic.name) > 1:
@@ -118,8 +140,12 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
                 _failed(topic.name, ErrorCode.INVALID_REQUEST, "the request names this topic more than once")
             )
             continue
+        if creatable is not None and topic.name not in creatable:
+            results.append(_failed(topic.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
+            continue
         try:
-            results.append(_create(ctx, topic, request.validate_only))
+            show = describable is None or topic.name in describable
+            results.append(_create(ctx, topic, request.validate_only, show))
         except KafkaError as exc:
             results.append(_failed(topic.name, error_code_for(exc), str(exc)))
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)

@@ -1,11 +1,13 @@
 """DeleteTopics (20): remove topics (by name; by name or id from v6) with their partitions' logs and
-every group's committed offsets of those partitions."""
+every group's committed offsets of those partitions. Each topic needs DELETE, else
+TOPIC_AUTHORIZATION_FAILED; a topic named by id without DESCRIBE on it is answered without its name."""
 
 from __future__ import annotations
 
 from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import DELETE, DESCRIBE, TOPIC, authorize
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 20
@@ -24,6 +26,20 @@ def _delete(ctx: RequestContext, name: str | None, topic_id) -> _Result:
                 name=None, topic_id=topic_id, error_code=int(ErrorCode.UNKNOWN_TOPIC_ID), error_message=None
             )
         name = topic.name
+        if not authorize(ctx, DESCRIBE, TOPIC, name):
+            return _Result(
+                name=None,
+                topic_id=topic_id,
+                error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                error_message=None,
+            )
+    if not authorize(ctx, DELETE, TOPIC, name):
+        return _Result(
+            name=name,
+            topic_id=topic_id,
+            error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+            error_message=None,
+        )
     try:
         deleted = ctx.topics.delete_topic(name)
     except KafkaError as exc:

@@ -1,4 +1,5 @@
-"""DescribeCluster (60): the cluster id, the controller (us) and the brokers (us)."""
+"""DescribeCluster (60): the cluster id, the controller (us) and the brokers (us), on the asker's
+listener. Anyone may ask; the cluster's authorized operations need DESCRIBE on it (else 0)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
 from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import CLUSTER, DESCRIBE, authorize, operations
 from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 60
@@ -47,6 +49,7 @@ async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> Descri
             "this endpoint is a broker; it describes broker endpoints only",
         )
     host, port = ctx.endpoint
+    asked = bool(request.include_cluster_authorized_operations)
     broker = DescribeClusterResponse.DescribeClusterBroker(
         broker_id=ctx.config.node_id,
         host=host,
@@ -63,6 +66,6 @@ async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> Descri
         controller_id=ctx.config.node_id,
         brokers=[broker],
         authorized_operations=authorized_operations.reported(
-            authorized_operations.CLUSTER, bool(request.include_cluster_authorized_operations)
+            operations(ctx, CLUSTER) if asked and authorize(ctx, DESCRIBE, CLUSTER) else frozenset(), asked
         ),
     )

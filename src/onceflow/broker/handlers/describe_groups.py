@@ -1,4 +1,5 @@
-"""DescribeGroups (15): state, protocol and members (with metadata and assignment when Stable)."""
+"""DescribeGroups (15): state, protocol and members (with metadata and assignment when Stable). Each
+group needs DESCRIBE, else GROUP_AUTHORIZATION_FAILED; its authorized operations are the authorizer's."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsRes
 from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.handler_support import no_coordinator
+from onceflow.broker.security.access import DESCRIBE, GROUP, authorize, operations
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 15
@@ -20,9 +22,14 @@ _NOT_REQUESTED = None  # kafka-python encodes None as the -2^31 marker
 
 
 def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -> _Group:
-    if no_coordinator(ctx):
+    refused = None
+    if not authorize(ctx, DESCRIBE, GROUP, group_id):
+        refused = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif no_coordinator(ctx):
+        refused = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if refused is not None:
         return _Group(
-            error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+            error_code=int(refused),
             group_id=group_id,
             group_state="",
             protocol_type="",
@@ -62,7 +69,9 @@ def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -> _Gro
             for m in d.members
         ],
         # Only a group described without an error gets its operations (v3+), as in Kafka.
-        authorized_operations=authorized_operations.reported(authorized_operations.GROUP, with_operations),
+        authorized_operations=authorized_operations.reported(
+            operations(ctx, GROUP, group_id) if with_operations else frozenset(), with_operations
+        ),
     )
 
 

@@ -4,13 +4,15 @@ ELECTION_NOT_NEEDED (for both election types: the unclean one is needed only by 
 leader), and a partition that does not exist UNKNOWN_TOPIC_OR_PARTITION. A null partition list asks
 for every partition, and then, as in Kafka, partitions that need no election are left out of the
 answer: every topic is listed, with no partitions. An election type other than preferred (0) or
-unclean (1) fails the whole request with INVALID_REQUEST."""
+unclean (1) fails the whole request with INVALID_REQUEST. Needs ALTER on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED for the request and each partition."""
 
 from __future__ import annotations
 
 from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import ALTER, CLUSTER, authorize
 from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 43
@@ -47,6 +49,12 @@ async def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLead
     # v0 has no election type: it always asks for the preferred leader.
     election_type = request.election_type if ctx.api_version >= 1 else PREFERRED
     wanted = request.topic_partitions
+    if not authorize(ctx, ALTER, CLUSTER):
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        results = [_answer(t.topic, [(p, denied, None) for p in t.partitions]) for t in wanted or []]
+        return ElectLeadersResponse(
+            throttle_time_ms=0, error_code=int(denied), replica_election_results=results
+        )
     if election_type not in (PREFERRED, UNCLEAN):
         message = f"Unknown election type {election_type}"
         results = [

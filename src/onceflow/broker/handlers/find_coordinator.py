@@ -1,7 +1,9 @@
 """FindCoordinator (10): this broker coordinates every group and every transactional id.
 
 v0-3 ask for one key; v4+ batch them (``coordinator_keys``, KIP-699). Key type 0 is a group,
-1 a transactional id; anything else is INVALID_REQUEST.
+1 a transactional id; anything else is INVALID_REQUEST. A group key needs DESCRIBE on the group (else
+GROUP_AUTHORIZATION_FAILED), a transactional id DESCRIBE on it (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import DESCRIBE, GROUP, TRANSACTIONAL_ID, authorize
 from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 10
@@ -22,7 +25,11 @@ TRANSACTION_KEY_TYPE = 1
 _Coordinator = FindCoordinatorResponse.Coordinator
 
 
-def _answer(ctx: RequestContext, key_type: int) -> tuple[ErrorCode, str | None]:
+def _answer(ctx: RequestContext, key_type: int, key: str | None) -> tuple[ErrorCode, str | None]:
+    if key_type == GROUP_KEY_TYPE and not authorize(ctx, DESCRIBE, GROUP, key):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, None
+    if key_type == TRANSACTION_KEY_TYPE and not authorize(ctx, DESCRIBE, TRANSACTIONAL_ID, key):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
     if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
         return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
     return ErrorCode.NONE, None
@@ -35,7 +42,7 @@ async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCo
     if ctx.api_version >= 4:
         coordinators = []
         for key in request.coordinator_keys or []:
-            error, message = _answer(ctx, key_type)
+            error, message = _answer(ctx, key_type, key)
             ok = error is ErrorCode.NONE
             coordinators.append(
                 _Coordinator(
@@ -48,7 +55,7 @@ async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCo
                 )
             )
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-    error, message = _answer(ctx, key_type)
+    error, message = _answer(ctx, key_type, request.key)
     ok = error is ErrorCode.NONE
     return FindCoordinatorResponse(
         throttle_time_ms=0,

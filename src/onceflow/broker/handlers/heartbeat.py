@@ -1,4 +1,5 @@
-"""Heartbeat (12): keeps a member alive and tells it when to rejoin (REBALANCE_IN_PROGRESS)."""
+"""Heartbeat (12): keeps a member alive and tells it when to rejoin (REBALANCE_IN_PROGRESS). Needs
+READ on the group, else GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from kafka.protocol.consumer.group import HeartbeatRequest, HeartbeatResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.handler_support import no_coordinator
+from onceflow.broker.security.access import GROUP, READ, authorize
 from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 12
@@ -15,7 +17,9 @@ REQUEST = HeartbeatRequest
 
 
 async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
-    if no_coordinator(ctx):
+    if not authorize(ctx, READ, GROUP, request.group_id):
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif no_coordinator(ctx):
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
         error = ctx.groups.heartbeat(

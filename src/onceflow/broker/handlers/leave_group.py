@@ -1,4 +1,5 @@
-"""LeaveGroup (13): one member (v0-2) or a batch of members by id / group.instance.id (v3+)."""
+"""LeaveGroup (13): one member (v0-2) or a batch of members by id / group.instance.id (v3+). Needs READ
+on the group, else GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from kafka.protocol.consumer.group import LeaveGroupRequest, LeaveGroupResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.handler_support import no_coordinator
+from onceflow.broker.security.access import GROUP, READ, authorize
 from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 13
@@ -22,7 +24,9 @@ async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupR
         leaving = [(m.member_id or "", m.group_instance_id) for m in request.members or []]
     else:
         leaving = [(request.member_id or "", None)]
-    if no_coordinator(ctx):
+    if not authorize(ctx, READ, GROUP, request.group_id):
+        top, errors = ErrorCode.GROUP_AUTHORIZATION_FAILED, []
+    elif no_coordinator(ctx):
         top, errors = ErrorCode.COORDINATOR_NOT_AVAILABLE, []
     else:
         top, errors = ctx.groups.leave_group(request.group_id, leaving)

@@ -2,7 +2,9 @@
 the append. v10 names topics by id only and is not offered. The version goes to the coordinator: a
 member of a consumer-protocol group (KIP-848) must commit with v9, which carries its member epoch, and
 is answered UNSUPPORTED_VERSION below it; a commit with a generation to a group that does not exist
-is GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION below (Kafka's rules)."""
+is GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION below (Kafka's rules). Needs READ on the group
+(else every partition is GROUP_AUTHORIZATION_FAILED) and on each topic (else its partitions are
+TOPIC_AUTHORIZATION_FAILED and not committed)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetCommitRespo
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.handler_support import no_coordinator, offset_commit_topics, requested_offsets
+from onceflow.broker.security.access import GROUP, READ, TOPIC, allowed_names, authorize
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 8
@@ -26,8 +29,17 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
     offsets = requested_offsets(request, with_leader_epoch=v >= 6)
     top = ErrorCode.NONE
     per_partition: dict = {}
-    if no_coordinator(ctx):
+    readable = allowed_names(ctx, READ, TOPIC, (t.name for t in request.topics or []))
+    denied = {}
+    if readable is not None:
+        denied = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in offsets if tp[0] not in readable}
+        offsets = {tp: entry for tp, entry in offsets.items() if tp not in denied}
+    if not authorize(ctx, READ, GROUP, request.group_id):
+        top = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif no_coordinator(ctx):
         top = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    elif denied and not offsets:
+        per_partition = denied
     else:
         try:
             top, per_partition = ctx.groups.commit_offsets(
@@ -40,5 +52,6 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
             )
         except KafkaError as exc:
             top = error_code_for(exc)
+        per_partition = {**per_partition, **denied}
     topics = offset_commit_topics(request, top, per_partition, _Topic, _Partition)
     return OffsetCommitResponse(throttle_time_ms=0, topics=topics)

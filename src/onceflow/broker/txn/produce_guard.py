@@ -97,9 +97,12 @@ def verify_transactional_append(
         )
 
 
-async def add_partitions_for_produce(ctx: Any, request: Any) -> dict[tuple[str, int], KafkaError]:
+async def add_partitions_for_produce(
+    ctx: Any, request: Any, writable: frozenset[str] | None = None
+) -> dict[tuple[str, int], KafkaError]:
     """Produce v12+: add every partition with transactional batches to the producer's transaction
-    (TV_2); returns the error for partitions that could not be added."""
+    (TV_2), of the topics in ``writable`` if given (the others are not authorized); returns the error
+    for partitions that could not be added."""
     transactions = ctx.transactions
     transactional_id = request.transactional_id
     if transactions is None or not transactional_id:
@@ -107,6 +110,8 @@ async def add_partitions_for_produce(ctx: Any, request: Any) -> dict[tuple[str, 
     wanted: list[tuple[str, int]] = []
     producer: tuple[int, int] | None = None
     for topic_data in request.topic_data:
+        if writable is not None and topic_data.name not in writable:
+            continue
         for data in topic_data.partition_data:
             if not data.records or len(data.records) < 61:
                 continue
