@@ -26,6 +26,8 @@ COMMANDS = {
     "txn": "onceflow.cli.txn:txn",
     "producers": "onceflow.cli.producers:producers",
     "quotas": "onceflow.cli.quotas:quotas",
+    "acls": "onceflow.cli.acls:acls",
+    "users": "onceflow.cli.users:users",
 }
 
 

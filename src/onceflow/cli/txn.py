@@ -15,7 +15,7 @@ import time
 import click
 from rich.table import Table
 
-from onceflow.cli.common import bootstrap_option, friendly_errors, out
+from onceflow.cli.common import bootstrap_option, client_security, friendly_errors, out
 from onceflow.client.admin import TRANSACTION_STATES, AsyncAdminClient, ProducerState
 from onceflow.client.consumer.structs import TopicPartition
 from onceflow.protocol.errors import KafkaError
@@ -24,14 +24,14 @@ DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms
 
 
 async def _list(bootstrap: str, states, pids, duration_ms: int, pattern: str | None = None):
-    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn") as admin:
+    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn", security=client_security()) as admin:
         return await admin.list_transactions(
             list(states), producer_ids=list(pids), min_duration_ms=duration_ms, pattern=pattern
         )
 
 
 async def _describe(bootstrap: str, transactional_id: str):
-    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn") as admin:
+    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn", security=client_security()) as admin:
         return await admin.describe_transaction(transactional_id)
 
 
@@ -53,7 +53,7 @@ async def _open_transactions(
 
 
 async def _find_hanging(bootstrap: str, topic: str | None, max_timeout_ms: int):
-    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn") as admin:
+    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn", security=client_security()) as admin:
         candidates = await _open_transactions(admin, topic)
         if not candidates:
             return []
@@ -87,7 +87,7 @@ async def _abort(
     bootstrap: str, topic: str, partition: int, producer_id, producer_epoch, coordinator_epoch, start
 ):
     tp = TopicPartition(topic, partition)
-    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn") as admin:
+    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn", security=client_security()) as admin:
         if start is not None:
             for producer in await admin.describe_producers(tp):
                 if producer.current_transaction_start_offset == start:
