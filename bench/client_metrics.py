@@ -6,7 +6,10 @@ the same client before metrics existed (a git revision), side by side on one bro
 The workers are ``bench/client.py``'s onceflow workers (N x 1 KB records to one partition, idempotent,
 acks=all; then read back), run in subprocesses whose ``PYTHONPATH`` is either this checkout's ``src``
 or the baseline's, exported with ``git archive`` into a temp dir. Rounds interleave the two
-(A, B, B, A, ...). The baseline defaults to the parent of the commit that added
+(A, B, B, A, ...). Besides records per second (wall clock, at the mercy of whatever else runs on the
+machine), each run reports records per CPU second of the worker process (user + system, from
+``RUSAGE_CHILDREN``; it includes the interpreter's start, the same for both): the cost the metrics
+add shows there even on a busy machine. The baseline defaults to the parent of the commit that added
 ``src/onceflow/client/metrics.py``. ``--batch-size`` defaults to Kafka's 16 KiB: the more batches per
 record, the more the per-batch metrics weigh. Target: with/without >= 0.97.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tarfile
@@ -54,7 +58,13 @@ def export_src(revision: str, into: Path) -> Path:
     return into / "src"
 
 
-def run_worker(src: Path, phase: str, bootstrap: str, topic: str, args) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_worker(src: Path, phase: str, bootstrap: str, topic: str, args) -> tuple[float, float]:
+    """(records per second, records per CPU second) of one worker run."""
     cmd = [
         sys.executable, CLIENT_BENCH, "--worker",
         "--phase", phase, "--contender", "onceflow",
@@ -62,11 +72,13 @@ def run_worker(src: Path, phase: str, bootstrap: str, topic: str, args) -> float
         "--records", str(args.records), "--batch-size", str(args.batch_size),
     ]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(src))
+    cpu_before = _children_cpu()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    cpu = _children_cpu() - cpu_before
     if out.returncode != 0:
         raise RuntimeError(f"{phase} with {src} failed:\n{out.stderr[-3000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    return result["records"] / result["seconds"]
+    return result["records"] / result["seconds"], result["records"] / cpu
 
 
 def main() -> None:
@@ -97,6 +109,7 @@ def main() -> None:
     broker.start()
     progress(f"onceflow on {broker.bootstrap} (pid {broker.pid})")
     rates: dict[str, dict[str, list[float]]] = {p: {name: [] for name in sources} for p in phases}
+    per_cpu: dict[str, dict[str, list[float]]] = {p: {name: [] for name in sources} for p in phases}
     try:
         for round_no in range(rounds):
             order = list(sources) if round_no % 2 == 0 else list(reversed(sources))
@@ -104,18 +117,31 @@ def main() -> None:
                 setup, _workers = client_bench.PHASES[phase]
                 for name in order:
                     topic = setup(broker.bootstrap, args.records, round_no, name)
-                    rate = run_worker(sources[name], phase, broker.bootstrap, topic, args)
+                    rate, cpu_rate = run_worker(sources[name], phase, broker.bootstrap, topic, args)
                     rates[phase][name].append(rate)
-                    progress(f"round {round_no + 1} {phase:8s} {name:9s} {rate:>10,.0f} rec/s")
+                    per_cpu[phase][name].append(cpu_rate)
+                    progress(
+                        f"round {round_no + 1} {phase:8s} {name:9s} {rate:>10,.0f} rec/s "
+                        f"{cpu_rate:>10,.0f} rec/cpu-s"
+                    )
     finally:
         broker.stop()
         kill_all()
         tmp.cleanup()
     results = {f"{p}_{name}": round(median(rs)) for p, by in rates.items() for name, rs in by.items()}
+    results.update(
+        {f"{p}_{name}_per_cpu_s": round(median(rs)) for p, by in per_cpu.items() for name, rs in by.items()}
+    )
     ratios = {
         f"{p}_metrics/baseline": round(median(by["metrics"]) / median(by["baseline"]), 3)
         for p, by in rates.items()
     }
+    ratios.update(
+        {
+            f"{p}_metrics/baseline_per_cpu_s": round(median(by["metrics"]) / median(by["baseline"]), 3)
+            for p, by in per_cpu.items()
+        }
+    )
     emit(
         {
             "bench": "client_metrics",
