@@ -81,6 +81,12 @@ def test_a_browser_sees_the_markers_and_read_committed_still_hides_aborted_recor
     entries, _next, hidden = records_and_markers(LOG, fetch_offset=3, isolation_level=READ_UNCOMMITTED)
     assert _browsed(entries)[:3] == [b"c2", ("ABORT", 1), ("COMMIT", 2)] and hidden == 0
     assert entries[0].transactional and entries[0].producer_id == 2
+    # From offset 5 the abort marker of pid 1 (offset 4) is behind us, yet it still ends pid 1's
+    # aborted run: its next transaction (offset 7, committed) shows.
+    entries, _next, hidden = records_and_markers(
+        LOG, fetch_offset=5, isolation_level=READ_COMMITTED, aborted_transactions=ABORTED
+    )
+    assert _browsed(entries) == [("COMMIT", 2), b"plain", b"c3", ("COMMIT", 1)] and hidden == 0
 
 
 def test_records_before_the_fetch_offset_are_skipped():

@@ -135,11 +135,13 @@ def records_and_markers(
     hidden = 0
     for batch in batches:
         header = batch.header
-        if header.last_offset < fetch_offset:
-            continue
+        # Every batch goes through the aborted-transaction tracker, also those before the fetch
+        # offset: a marker there ends its producer's aborted run.
         if batch.control is not None:
             if aborted is not None:
                 aborted.is_aborted(header, batch.control)
+            if header.base_offset < fetch_offset:
+                continue
             entries.append(
                 Marker(
                     header.base_offset,
