@@ -124,6 +124,8 @@ def test_producer_counts_retries_and_refused_records(bootstrap, make_topic):
     assert m.value("record-retry-total", topic=topic) == 10
     assert m.value("record-send-total") == 20  # each attempt of the batch counts, as in Kafka
     assert m.value("record-error-total") == 1
+    assert m.value("compression-rate-avg") == 1.0  # not compressed: nothing recorded, the rate is 1
+    assert m.value("compression-rate", topic=topic) == 1.0
 
 
 def test_transactional_producer_times_its_transaction_calls(bootstrap, make_topic):

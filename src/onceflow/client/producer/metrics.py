@@ -22,18 +22,20 @@ TOPIC_GROUP = "producer-topic-metrics"
 class _TopicSensors:
     __slots__ = ("records", "bytes", "compression", "retries", "errors")
 
-    def __init__(self, registry: MetricsRegistry, topic: str, now: float) -> None:
+    def __init__(self, registry: MetricsRegistry, topic: str, now: float, compressed: bool) -> None:
         tags = {"topic": topic}
         self.records = registry.sensor(
             TOPIC_GROUP, meter("record-send", f"records sent to {topic}"), now, **tags
         )
         self.bytes = registry.sensor(TOPIC_GROUP, _byte_meter(topic), now, **tags)
-        self.compression = registry.sensor(
-            TOPIC_GROUP,
-            [("compression-rate", "avg", f"compressed over uncompressed size of {topic}'s batches")],
-            now,
-            **tags,
-        )
+        description = f"compressed over uncompressed size of {topic}'s batches"
+        if compressed:
+            self.compression = registry.sensor(
+                TOPIC_GROUP, [("compression-rate", "avg", description)], now, **tags
+            )
+        else:
+            self.compression = None
+            registry.gauge("compression-rate", TOPIC_GROUP, _one, description, **tags)
         self.retries = registry.sensor(
             TOPIC_GROUP, meter("record-retry", f"retried record sends to {topic}"), now, **tags
         )
@@ -53,8 +55,11 @@ class ProducerMetrics:
     """The sensors one producer records into; ``gauges`` reads the live state it does not record
     (buffer memory, requests in flight, metadata age)."""
 
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, *, compressed: bool = True) -> None:
+        """``compressed``: whether batches are compressed (compression.type); without, the
+        compression rates are 1.0 and nothing is recorded for them."""
         self.registry = registry = MetricsRegistry(client_id)
+        self.compressed = compressed
         now = time.monotonic()
         self.records_per_request = registry.sensor(
             GROUP,
@@ -72,11 +77,12 @@ class ProducerMetrics:
             ],
             now,
         )
-        self.compression = registry.sensor(
-            GROUP,
-            [("compression-rate-avg", "avg", "compressed over uncompressed size of the batches sent")],
-            now,
-        )
+        description = "compressed over uncompressed size of the batches sent"
+        if compressed:
+            self.compression = registry.sensor(GROUP, [("compression-rate-avg", "avg", description)], now)
+        else:
+            self.compression = None
+            registry.gauge("compression-rate-avg", GROUP, _one, description)
         self.queue_time = registry.sensor(
             GROUP,
             [
@@ -125,7 +131,7 @@ class ProducerMetrics:
     def _topic(self, topic: str, now: float) -> _TopicSensors:
         sensors = self._topics.get(topic)
         if sensors is None:
-            sensors = self._topics[topic] = _TopicSensors(self.registry, topic, now)
+            sensors = self._topics[topic] = _TopicSensors(self.registry, topic, now, self.compressed)
         return sensors
 
     # -- recorded by the sender --------------------------------------------------------------------
@@ -133,18 +139,20 @@ class ProducerMetrics:
     def request_sent(self, batches, uncompressed_sizes: list[int], now: float) -> None:
         """A Produce request went out with ``batches`` (encoded; sizes measured before encoding)."""
         records = 0
+        compressed = self.compressed
         for batch, uncompressed in zip(batches, uncompressed_sizes, strict=True):
             count = batch.record_count
             size = len(batch.encoded)
             records += count
-            topic = self._topic(batch.topic, now)
+            topic = self._topics.get(batch.topic) or self._topic(batch.topic, now)
             topic.records.record(count, now)
             topic.bytes.record(size, now)
             self.batch_size.record(size, now)
             if batch.attempts == 1:  # a retry's size is its encoded size already
-                ratio = size / uncompressed if uncompressed else 1.0
-                topic.compression.record(ratio, now)
-                self.compression.record(ratio, now)
+                if compressed:
+                    ratio = size / uncompressed if uncompressed else 1.0
+                    topic.compression.record(ratio, now)
+                    self.compression.record(ratio, now)
                 self.queue_time.record((now - batch.created) * 1000.0, now)
         self.records_per_request.record(records, now)
 
@@ -158,6 +166,10 @@ class ProducerMetrics:
     def failed(self, batch, now: float) -> None:
         self.errors.record(batch.record_count, now)
         self._topic(batch.topic, now).errors.record(batch.record_count, now)
+
+
+def _one() -> float:
+    return 1.0
 
 
 _GAUGE_DESCRIPTIONS = {

@@ -53,6 +53,7 @@ from onceflow.client.producer.network import ProducerNetwork
 from onceflow.client.producer.partitioners import DefaultPartitioner, partitioner_for
 from onceflow.client.producer.sender import Sender
 from onceflow.client.producer.transaction_manager import TransactionManager, TxnEvent, TxnState
+from onceflow.protocol.compression import CompressionType
 from onceflow.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,9 @@ class AsyncProducer:
         )
         self._network: ProducerNetwork | None = None
         self._sender: Sender | None = None
-        self._metrics = ProducerMetrics(self.config.client_id)
+        self._metrics = ProducerMetrics(
+            self.config.client_id, compressed=self.config.compression_codec != CompressionType.NONE
+        )
         memory = self._accumulator.memory
         self._metrics.gauges(
             buffer_total_bytes=lambda: memory.total,
