@@ -18,6 +18,8 @@ from onceflow.client.consumer.structs import TopicPartition
 from onceflow.console import ConsoleSettings, create_app
 from onceflow.console.metrics_feed import MetricsFeed, parse
 
+pytestmark = pytest.mark.onceflow_only  # exact offsets and configs; test_console_tansu.py covers Tansu
+
 
 @pytest.fixture(scope="module")
 def data(broker):
