@@ -4,23 +4,26 @@ online and on a stopped broker's data dir."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from types import SimpleNamespace
 
 import pytest
+from click.testing import CliRunner
 
+from onceflow.cli.main import cli
 from onceflow.client import AdminClient
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "-m", "onceflow", *args], capture_output=True, text=True, timeout=60
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"onceflow {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result
+def run(*args: str, check: bool = True) -> SimpleNamespace:
+    """``onceflow ARGS`` in this process (click's runner): stdout, stderr and the exit code."""
+    result = CliRunner().invoke(cli, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    done = SimpleNamespace(stdout=result.stdout, stderr=result.stderr, returncode=result.exit_code)
+    if check and done.returncode != 0:
+        raise AssertionError(f"onceflow {' '.join(args)} failed: {done.stdout} {done.stderr}")
+    return done
 
 
 @pytest.fixture(scope="module")

@@ -63,6 +63,9 @@ from onceflow.protocol import apis
 
 log = logging.getLogger(__name__)
 
+# A TLS client that has not finished its handshake by then is dropped (asyncio's default is 60 s).
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
 
 class Broker:
     """One onceflow broker. ``await start()``, then ``port`` is the bound port; ``await stop()``."""
@@ -143,6 +146,7 @@ class Broker:
                 reuse_address=True,
                 start_serving=False,
                 ssl=listener.ssl_context,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if listener.ssl_context is not None else None,
             )
             self._servers[listener.name] = server
             self.bound[listener.name] = (listener.host, server.sockets[0].getsockname()[1])
@@ -300,11 +304,13 @@ class Broker:
             if listener.protocol == "SSL"
             else None,
         )
-        self._connections.add(connection)
         return connection
 
     def _admit(self, connection: ClientProtocol) -> bool:
-        """Let a new connection in, or refuse it (a connection limit; see connection_limits)."""
+        """Let a new connection in, or refuse it (a connection limit; see connection_limits). Called
+        when the transport is made: on a TLS listener after the handshake, so a connection whose
+        handshake fails (plain bytes, an untrusted certificate) is never kept or counted."""
+        self._connections.add(connection)
         address = connection.peer_address
         refused = self.connection_limits.admit(address, int(time.monotonic() * 1000))
         if refused is None:
