@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from onceflow.client.security import ClientSecurity
 from onceflow.client.simple import isolation_level_for_name
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,11 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     client_id: str = "onceflow-spark"
     extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def security(self) -> ClientSecurity | None:
+        """TLS / SASL from the ``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*`` options."""
+        return ClientSecurity.from_config(self.extra)
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` belongs to the subscription (assign is handled by the caller)."""

@@ -61,7 +61,9 @@ class _ClusterHolder:
     @property
     def cluster(self) -> BlockingCluster:
         if self._cluster is None:
-            self._cluster = BlockingCluster(self.options.bootstrap, client_id=self.options.client_id)
+            self._cluster = BlockingCluster(
+                self.options.bootstrap, client_id=self.options.client_id, security=self.options.security
+            )
         return self._cluster
 
     def close_cluster(self) -> None:
@@ -103,7 +105,9 @@ class _ClusterHolder:
         if offset_range is None:
             return  # nothing to read: with no partitions planned, PySpark still reads one, empty
 
-        with BlockingCluster(self.options.bootstrap, client_id=self.options.client_id) as cluster:
+        with BlockingCluster(
+            self.options.bootstrap, client_id=self.options.client_id, security=self.options.security
+        ) as cluster:
             yield from read_range(
                 cluster,
                 offset_range,
