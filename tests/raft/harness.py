@@ -17,12 +17,18 @@ from onceflow.raft.quorum_state import Role
 
 class Harness:
     def __init__(
-        self, voters=(1, 2, 3), observers=(), config: RaftConfig | None = None, seed: int = 0
+        self,
+        voters=(1, 2, 3),
+        observers=(),
+        config: RaftConfig | None = None,
+        seed: int = 0,
+        storage_for=None,
     ) -> None:
         self.config = config or RaftConfig()
         self.voters = tuple(voters)
         self.now = 0
-        self.storages = {n: MemoryStorage() for n in (*voters, *observers)}
+        make = storage_for or (lambda node_id: MemoryStorage())
+        self.storages = {n: make(n) for n in (*voters, *observers)}
         self.nodes: dict[int, RaftNode] = {}
         self.events: dict[int, list[Event]] = {n: [] for n in self.storages}
         self.values: dict[int, list[bytes]] = {n: [] for n in self.storages}
@@ -46,14 +52,14 @@ class Harness:
             now_ms=self.now,
         )
         self.nodes[node_id] = node
-        self._take(node_id, node.poll(self.now))
+        self.take(node_id, node.poll(self.now))
 
     def crash(self, node_id: int, *, power_cut: bool = False) -> None:
         self.down.add(node_id)
         self.storages[node_id] = self.storages[node_id].crash(random.Random(0), power_cut=power_cut)
         self.wakeups.pop(node_id, None)
 
-    def _take(self, node_id: int, outputs) -> None:
+    def take(self, node_id: int, outputs) -> None:
         for message in outputs.messages:
             self.sent.append((node_id, message))
             self.inflight.append((self.now + 1, node_id, message))
@@ -81,10 +87,10 @@ class Harness:
                 if target in self.down or target in self.cut or source in self.cut:
                     continue
                 inbound = Inbound(source, message.correlation_id, message.body, source)
-                self._take(target, self.nodes[target].handle(inbound, self.now))
+                self.take(target, self.nodes[target].handle(inbound, self.now))
             else:
                 node_id = next(n for n, t in self.wakeups.items() if t == when and n not in self.down)
-                self._take(node_id, self.nodes[node_id].poll(self.now))
+                self.take(node_id, self.nodes[node_id].poll(self.now))
 
     def run(self, ms: int) -> None:
         self.step_to(self.now + ms)
@@ -105,7 +111,7 @@ class Harness:
     def append(self, records: list[bytes]) -> int:
         leader = self.leader()
         offset = leader.append(records, self.now)
-        self._take(leader.node_id, leader.poll(self.now))
+        self.take(leader.node_id, leader.poll(self.now))
         return offset
 
     def leader_changes(self, node_id: int) -> list[tuple[int | None, int]]:

@@ -59,6 +59,9 @@ class Scenario:
     # Chance that a process is killed right after it votes, stands or is elected (the moments
     # where what is on disk decides safety).
     crash_on_transition: float = 0.0
+    # Chance that a leader is killed just after a client append reaches it (entries written on
+    # the leader alone: the start of Raft's "figure 8" histories).
+    crash_after_append: float = 0.0
     snapshot_chunk_bytes: int = 64
 
     @classmethod
@@ -80,7 +83,7 @@ class Scenario:
                 fetch_snapshot_max_bytes=rng.choice((40, 200, 4096)),
             )
         unit = config.fetch_timeout_ms
-        return cls(
+        scenario = cls(
             seed=seed,
             voters=voters,
             observers=rng.choice((0, 0, 1)),
@@ -97,6 +100,15 @@ class Scenario:
             power_cut_share=rng.choice((0.0, 0.5, 1.0)),
             crash_on_transition=rng.choice((0.0, 0.05, 0.2)),
         )
+        if rng.random() < 0.25:
+            # A storm: five voters, leaders killed as soon as they are elected or written to, and
+            # back at once, so that short-lived leaders leave entries on few disks.
+            scenario.voters = 5
+            scenario.crash_on_transition = 0.3
+            scenario.crash_after_append = 0.2
+            scenario.faults_per_s *= 2
+            scenario.max_delay_ms = 2
+        return scenario
 
 
 def liveness_bound_ms(config: RaftConfig) -> int:
@@ -435,6 +447,8 @@ class Simulation:
         process.node.append(records, self._local_now(process))
         self.appended += len(records)
         self._apply(process, process.node.poll(self._local_now(process)))
+        if self.now < self._calm_from and self.rng.random() < self.scenario.crash_after_append:
+            self._push(self.now + self.rng.randint(0, 2), ("crash", process.node_id, process.incarnation))
         return process
 
     # ------------------------------------------------------------------ the listener
@@ -616,7 +630,7 @@ class Simulation:
                 return False
             if node.state.role is Role.LEADER:
                 leader = node
-        if leader is None or leader.leader is None or leader._pending:
+        if leader is None or leader.leader is None or leader.has_pending_appends:
             return False
         hw = leader.leader.high_watermark
         if hw is None or hw != leader.storage.log_end_offset:

@@ -254,7 +254,7 @@ def test_a_graceful_resignation_hands_over_to_the_first_preferred_successor_at_o
     outputs = leader.resign(h.now)
     ends = [m.body for m in outputs.messages if isinstance(m.body, EndQuorumEpochRequest)]
     assert ends and ends[0].preferred_successors
-    h._take(leader.node_id, outputs)
+    h.take(leader.node_id, outputs)
     h.run(100)  # far less than a fetch timeout
     new = h.leader()
     assert (
