@@ -191,6 +191,11 @@ class RaftNode(ElectionHandlers, ReplicationHandlers, ListenerView):
     # ------------------------------------------------------------------ views
 
     @property
+    def resign_unacknowledged(self) -> frozenset[int]:
+        """The voters a resigned leader has not yet heard acknowledge its EndQuorumEpoch."""
+        return frozenset(self._resign_unacked)
+
+    @property
     def has_pending_appends(self) -> bool:
         """Whether appended records wait for ``append.linger.ms`` before they are written."""
         return bool(self._pending)
