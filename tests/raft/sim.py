@@ -254,6 +254,18 @@ class Simulation:
         elif kind == "append":
             self._schedule_next_append()
             return self._client_append()
+        elif kind == "refused":
+            _, sender_id, message, reply_to = action
+            sender = self.processes[sender_id]
+            if sender.node is None or sender.incarnation != reply_to[1]:
+                return sender
+            self._apply(
+                sender,
+                sender.node.request_failed(
+                    message.destination, message.correlation_id, self._local_now(sender)
+                ),
+            )
+            return sender
         elif kind == "crash":
             process = self.processes[action[1]]
             if process.node is not None and process.incarnation == action[2]:
@@ -330,6 +342,13 @@ class Simulation:
 
     def _deliver(self, source: int, message: Outbound, reply_to: tuple[int, int]) -> Process | None:
         destination = self.processes[message.destination]
+        if destination.node is None and not message.is_response and self.rng.random() < 0.5:
+            # Connection refused: the sender's driver learns its request failed.
+            self._push(
+                self.now + self.rng.randint(1, self.scenario.max_delay_ms),
+                ("refused", source, message, reply_to),
+            )
+            return destination
         if destination.node is None or (source, destination.node_id) in self.blocked:
             return destination
         if message.is_response and reply_to[1] != destination.incarnation:

@@ -6,7 +6,8 @@ for the process tests.
 
 Whichever node leads appends the record ``<node id>:<count>`` every ``--append-every-ms``; every
 node applies what is committed to its state (the list of values) and prints one JSON line per event
-on stdout: ``started``, ``leader`` (leader id or null, epoch), ``commit`` (offset, epoch, values),
+on stdout (each with ``ts``, the wall-clock time in ms): ``started``, ``leader`` (leader id or null,
+epoch), ``commit`` (offset, epoch, values, and ``appended_ms``: when the leader took them),
 ``snapshot-loaded`` and ``snapshot-taken`` (offset, epoch, how many values and their digest). Every
 ``--snapshot-every`` committed values it snapshots its state. SIGTERM resigns leadership and exits.
 """
@@ -15,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import hashlib
 import json
 import logging
 import signal
 import sys
+import time
 from pathlib import Path
 
 from onceflow.protocol.errors import InvalidConfig
@@ -37,7 +40,7 @@ def digest(values: list[str]) -> str:
 
 
 def emit(event: str, **fields) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    print(json.dumps({"event": event, "ts": time.time_ns() // 1_000_000, **fields}), flush=True)
 
 
 class Counter:
@@ -56,7 +59,13 @@ class Counter:
         values = [record.decode() for record in batch.records]
         self.values.extend(values)
         self.next_offset = batch.next_offset
-        emit("commit", offset=batch.base_offset, epoch=batch.epoch, values=values)
+        emit(
+            "commit",
+            offset=batch.base_offset,
+            epoch=batch.epoch,
+            values=values,
+            appended_ms=batch.append_timestamp_ms,
+        )
         self._since_snapshot += len(values)
         if self.snapshot_every and self._since_snapshot >= self.snapshot_every and self.server is not None:
             writer = self.server.create_snapshot(self.next_offset)
@@ -155,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints every thread's stack on stderr
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         stream=sys.stderr,

@@ -144,8 +144,22 @@ class RaftNode(ElectionHandlers, ReplicationHandlers, ListenerView):
         return Outputs(messages, events, max(deadline, now_ms) if deadline < NEVER else NEVER)
 
     def request_failed(self, destination: int, correlation_id: int, now_ms: int) -> Outputs:
-        """A request could not be delivered (the driver lost the connection): back off and retry."""
+        """A request could not be delivered (the driver could not connect, or lost the connection):
+        back off and retry. A candidate counts a voter it cannot reach as a refusal in this
+        election: when the voters it can reach are split (two candidates after a leader died, each
+        voting for itself), it backs off and tries again now rather than after its election timeout
+        (a deviation from Kafka, which waits; only liveness depends on it)."""
+        expected = self._requests.is_expected(destination, correlation_id)
         self._requests.on_failure(destination, correlation_id, now_ms)
+        if expected and self.state.role is Role.CANDIDATE and destination not in self._votes:
+            self._votes[destination] = False
+            if self._vote_rejected() and self._backoff_until_ms is None:
+                log.info(
+                    "node %d cannot win epoch %d with the voters it reaches; backing off",
+                    self.node_id,
+                    self.state.epoch,
+                )
+                self._start_election_backoff(now_ms)
         return self.poll(now_ms)
 
     def append(self, records: Sequence[bytes], now_ms: int, *, epoch: int | None = None) -> int:

@@ -236,7 +236,8 @@ class ReplicationHandlers:
             response.error, response.leader_id, response.leader_epoch, now_ms
         )
         if handled is not None:
-            return handled
+            # An observer told "no leader yet" waits retry.backoff.ms before asking the next voter.
+            return handled and (self.is_voter or self.state.leader_id is not None)
         if response.error != ErrorCode.NONE:
             return False
         if self.state.role is not Role.FOLLOWER or source != self.state.leader_id:

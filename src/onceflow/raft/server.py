@@ -177,6 +177,7 @@ class RaftServer:
         self._wake = asyncio.Event()
         self._next_poll_ms = 0
         self._sleep_until_ms = 0
+        self._stopping = False
         self._connections: set[asyncio.StreamWriter] = set()
         self.failure: BaseException | None = None
         self.port: int | None = None
@@ -212,11 +213,12 @@ class RaftServer:
             self._dispatch(node.resign(self._clock_ms()))
             while not node.ready_to_stop(self._clock_ms()) and self._clock_ms() < limit:
                 await asyncio.sleep(0.01)
+        self._stopping = True
+        self._wake.set()
         if self._loop_task is not None:
-            self._loop_task.cancel()
             try:
                 await self._loop_task
-            except (asyncio.CancelledError, Exception):
+            except Exception:
                 pass
         if self._server is not None:
             self._server.close()
@@ -245,8 +247,14 @@ class RaftServer:
     def describe_quorum(self) -> DescribeQuorumResponse:
         return self.node.describe_quorum(self._clock_ms())
 
+    def _accepting(self) -> bool:
+        """Whether the node takes inputs: not failed, and not stopped (while a leader resigns on
+        the way out it still does)."""
+        stopped = self._stopping and (self._loop_task is None or self._loop_task.done())
+        return self.failure is None and self.node is not None and not stopped
+
     def _inbound(self, message: Inbound) -> None:
-        if self.failure is not None:
+        if not self._accepting():
             return
         try:
             self._dispatch(self.node.handle(message, self._clock_ms()))
@@ -254,7 +262,7 @@ class RaftServer:
             self._fail(exc)
 
     def _request_failed(self, destination: int, correlation_id: int) -> None:
-        if self.failure is None and self.node is not None:
+        if self._accepting():
             try:
                 self._dispatch(self.node.request_failed(destination, correlation_id, self._clock_ms()))
             except Exception as exc:
@@ -263,26 +271,29 @@ class RaftServer:
     def _fail(self, exc: BaseException) -> None:
         log.critical("raft node %d stops: %r", self.node_id, exc, exc_info=exc)
         self.failure = exc
-        if self._loop_task is not None:
-            self._loop_task.cancel()
+        self._stopping = True
+        self._wake.set()
 
     async def _run(self) -> None:
+        # A flag, not cancellation, ends the loop: before Python 3.12, asyncio.wait_for can swallow a
+        # cancellation that arrives as its inner wait completes, and the loop would run on.
         try:
-            while True:
+            while not self._stopping:
                 self._wake.clear()
                 self._sleep_until_ms = 0
                 self._dispatch(self.node.poll(self._clock_ms()))
                 self._sleep_until_ms = self._next_poll_ms
                 delay = (self._next_poll_ms - self._clock_ms()) / 1000
+                if self._stopping:
+                    break
                 if delay > 0:
+                    waiter = asyncio.ensure_future(self._wake.wait())
                     try:
-                        await asyncio.wait_for(self._wake.wait(), delay)
-                    except TimeoutError:
-                        pass
+                        await asyncio.wait((waiter,), timeout=delay)
+                    finally:
+                        waiter.cancel()
                 else:
                     await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:
             self._fail(exc)
 
