@@ -205,6 +205,14 @@ class RaftNode(ElectionHandlers, ReplicationHandlers, ListenerView):
     # ------------------------------------------------------------------ views
 
     @property
+    def next_append_offset(self) -> int:
+        """The offset the leader's next ``append`` will give its first record (what a controller
+        that becomes active writes from)."""
+        if self.state.role is not Role.LEADER:
+            raise NotLeader(f"node {self.node_id} is {self.state}", None, self.state.epoch)
+        return self._next_append_offset
+
+    @property
     def resign_unacknowledged(self) -> frozenset[int]:
         """The voters a resigned leader has not yet heard acknowledge its EndQuorumEpoch."""
         return frozenset(self._resign_unacked)
