@@ -94,15 +94,14 @@ def test_vote_requests_from_the_past_or_from_strangers_are_refused_with_kafkas_c
 
 
 def test_a_candidate_that_a_majority_refuses_backs_off_then_stands_again() -> None:
-    node = lone_node(election_timeout_ms=100)
-    node.poll(250)  # the election timeout (100-199 ms) has passed
+    node = lone_node(election_timeout_ms=1000, election_backoff_max_ms=100)
+    messages = node.poll(2500).messages + node.poll(2500).messages
     assert node.state.role is Role.CANDIDATE and node.state.epoch == 1
-    sent = node.poll(250).messages
-    node.handle(Inbound(2, sent[0].correlation_id if sent else 1, VoteResponse(0, -1, 1, False)), 251)
-    requests = [m for m in node.poll(251).messages]
-    assert node.state.role is Role.CANDIDATE
-    node.poll(10_000)
-    assert node.state.role is Role.CANDIDATE and node.state.epoch >= 2 or requests is not None
+    sent = {m.destination: m.correlation_id for m in messages if isinstance(m.body, VoteRequest)}
+    node.handle(Inbound(2, sent[2], VoteResponse(0, -1, 1, False)), 2501)
+    node.handle(Inbound(3, sent[3], VoteResponse(0, -1, 1, False)), 2502)
+    node.poll(2502 + 100)  # the backoff (at most election.backoff.max.ms), long before the timeout
+    assert node.state.role is Role.CANDIDATE and node.state.epoch == 2
 
 
 # --- elections and commitment --------------------------------------------------------------
@@ -280,3 +279,18 @@ def test_a_single_voter_leads_at_once_and_commits_alone() -> None:
     events = node.poll(100).events
     commits = [e.batch.records for e in events if isinstance(e, Commit)]
     assert (b"solo",) in commits and LeaderChange(1, 1) in events
+
+
+def test_a_candidate_that_cannot_reach_a_voter_counts_it_as_refused_and_backs_off_at_once() -> None:
+    # The leader died; the two others stood together and each voted for itself. Node 1 hears node
+    # 2's refusal and cannot connect to node 3: it tries the next epoch after a short backoff, not
+    # after its election timeout (at least 1000 ms here).
+    node = lone_node(election_timeout_ms=1000, election_backoff_max_ms=100)
+    messages = node.poll(2500).messages + node.poll(2500).messages
+    assert node.state.role is Role.CANDIDATE and node.state.epoch == 1
+    sent = {m.destination: m.correlation_id for m in messages if isinstance(m.body, VoteRequest)}
+    node.handle(Inbound(2, sent[2], VoteResponse(0, -1, 1, False)), 2501)
+    assert node.state.epoch == 1
+    node.request_failed(3, sent[3], 2502)
+    node.poll(2602)
+    assert node.state.role is Role.CANDIDATE and node.state.epoch == 2
