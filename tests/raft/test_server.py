@@ -63,10 +63,10 @@ async def ask(port: int, api_key: int, version: int, message) -> object:
 @pytest.fixture
 def cluster(tmp_path):
     voters = {i: (LOOPBACK, free_port()) for i in (1, 2, 3)}
-    machines = {i: Values() for i in voters}
+    machines = {i: Values() for i in (*voters, 100)}
     servers = {
         i: RaftServer(i, voters, FileStorage(tmp_path / f"n{i}"), CONFIG, listener=machines[i])
-        for i in voters
+        for i in machines
     }
     return servers, machines
 
@@ -92,9 +92,11 @@ def test_three_servers_elect_replicate_and_describe_the_quorum(cluster) -> None:
             for n in range(5):
                 leader.append([b"v%d" % n])
                 await asyncio.sleep(0.01)
+            # Node 100 is not a voter: an observer (a broker) that fetches the log all the same.
             await until(lambda: all(m.values == [b"v%d" % n for n in range(5)] for m in machines.values()))
+            assert servers[100].port is None and servers[100].node.state.leader_id == leader_id
 
-            follower = next(i for i in servers if i != leader_id)
+            follower = next(i for i in (1, 2, 3) if i != leader_id)
             response = await ask(
                 servers[follower].port, wire.DESCRIBE_QUORUM, 1, wire.request_to_wire(DescribeQuorumRequest())
             )
@@ -106,6 +108,7 @@ def test_three_servers_elect_replicate_and_describe_the_quorum(cluster) -> None:
             assert (partition.error_code, partition.leader_id) == (0, leader_id)
             assert partition.high_watermark == leader.node.high_watermark
             assert sorted(v.replica_id for v in partition.current_voters) == [1, 2, 3]
+            assert [o.replica_id for o in partition.observers] == [100]
 
             versions_request = apis.request_class(18)(client_software_name="t", client_software_version="1")
             versions = await ask(leader.port, 18, 3, versions_request)
