@@ -127,6 +127,32 @@ def test_scram_with_a_wrong_proof_or_nonce_is_refused(secure_broker, tamper):
     still_serving(secure_broker, f"hostile-scram-{tamper}")
 
 
+def test_password_guessing_is_refused_without_flooding_the_log(secure_broker):
+    """Twenty wrong PLAIN passwords: each refused with SASL_AUTHENTICATION_FAILED, and the log gets
+    at most a couple of lines about them (counted under ``failed-authentication``), not twenty."""
+    guesses = 20
+
+    def failure_lines() -> int:
+        return secure_broker.log_text().count("failed authentication from")
+
+    async def guess(password: str) -> int:
+        client = await RawClient.connect(secure_broker.sasl_port)
+        try:
+            assert (await client.request(SaslHandshakeRequest(mechanism="PLAIN"), 1)).error_code == 0
+            token = f"\x00carol\x00{password}".encode()
+            answer = await client.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+            assert await client.is_closed_by_broker()
+            return answer.error_code
+        finally:
+            await client.close()
+
+    before = failure_lines()
+    codes = [asyncio.run(guess(f"guess-{n}")) for n in range(guesses)]
+    assert codes == [58] * guesses  # SASL_AUTHENTICATION_FAILED
+    assert failure_lines() - before <= 2
+    still_serving(secure_broker, "hostile-guessing")
+
+
 def fuzzed_frames(rng: random.Random) -> list[bytes]:
     """One connection's worth (1-5) of SaslHandshake / SaslAuthenticate frames, valid or broken."""
     frames = []

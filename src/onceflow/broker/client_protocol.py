@@ -65,7 +65,7 @@ from onceflow.broker.connection import (
     UnsupportedApiVersionsRequest,
 )
 from onceflow.broker.context import CloseConnection
-from onceflow.broker.limit_events import MEMORY_POOL_FULL, LimitEvents
+from onceflow.broker.limit_events import FAILED_AUTHENTICATION, MEMORY_POOL_FULL, LimitEvents
 from onceflow.broker.memory_pool import MemoryPool
 from onceflow.broker.security.sasl_authenticator import PASS, Close, SaslAuthenticator
 from onceflow.broker.security.session import Session
@@ -355,8 +355,11 @@ class ClientProtocol(asyncio.BufferedProtocol):
             return True
         frame = apis.encode_response(verdict.response, header.correlation_id, header.api_version)
         if verdict.failed:
-            log.info(
-                "failed authentication from %s on listener %s (%s); closing the connection",
+            # Counted, and logged at most once per interval: a password-guessing client must not
+            # flood the log.
+            self._limit_events.record(
+                FAILED_AUTHENTICATION,
+                "failed authentication from %s on listener %s (%s); connection closed",
                 self.session.client_host,
                 self.session.listener,
                 verdict.reason,
