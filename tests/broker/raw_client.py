@@ -98,7 +98,8 @@ def build_batch(values: list[bytes], *, timestamp_ms: int | None = None, key: by
 
 
 class running_broker:  # noqa: N801 - used as ``async with running_broker(tmp_path) as broker``
-    """An in-process Broker on a free loopback port, stopped on exit."""
+    """An in-process single node (broker and its own controller) on a free loopback port, stopped on
+    exit; entering gives its ``Broker``."""
 
     def __init__(self, data_dir, *, log_opener=None, **config: Any) -> None:
         from onceflow.broker.config import BrokerConfig
@@ -107,11 +108,12 @@ class running_broker:  # noqa: N801 - used as ``async with running_broker(tmp_pa
         self.log_opener = log_opener
 
     async def __aenter__(self):
-        from onceflow.broker.server import Broker
+        from onceflow.server.node import single_node
 
-        self.broker = Broker(self.config, log_opener=self.log_opener)
-        await self.broker.start()
+        self.node = single_node(self.config, log_opener=self.log_opener)
+        await self.node.start()
+        self.broker = self.node.broker
         return self.broker
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.broker.stop()
+        await self.node.stop()

@@ -30,6 +30,10 @@ class BrokerServices:
     producer_ids: Any = None
     groups: Any = None
     transactions: Any = None
+    # The cluster: the replayed metadata image (broker.cluster_metadata.ClusterMetadata) and the
+    # channel to the active controller that admin requests are forwarded on.
+    metadata: Any = None
+    controller: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,7 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     services: BrokerServices
+    listener: str = "PLAINTEXT"  # the listener the request came in on
 
     @property
     def config(self) -> BrokerConfig:
@@ -67,6 +72,14 @@ class RequestContext:
     @property
     def transactions(self) -> Any:
         return self.services.transactions
+
+    @property
+    def metadata(self) -> Any:
+        return self.services.metadata
+
+    @property
+    def controller(self) -> Any:
+        return self.services.controller
 
 
 class CloseConnection(Exception):  # noqa: N818 - an instruction, not an error condition

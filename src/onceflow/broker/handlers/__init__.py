@@ -25,6 +25,7 @@ from onceflow.broker.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_quorum,
     describe_transactions,
     elect_leaders,
     end_txn,
@@ -64,6 +65,7 @@ HANDLERS = [
     create_partitions,
     describe_cluster,
     elect_leaders,
+    describe_quorum,  # the metadata quorum, asked of its leader
     # ACLs: no authorizer, answered SECURITY_DISABLED as Kafka does without one
     describe_acls,
     create_acls,

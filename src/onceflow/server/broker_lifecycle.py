@@ -1,0 +1,183 @@
+"""A broker's life as the controller sees it (Kafka's ``BrokerLifecycleManager``).
+
+1. **Register** (BrokerRegistration): node id, cluster id, a random incarnation id for this process,
+   its advertised listeners and the ``metadata.version`` range it runs. The answer's broker epoch
+   names this incarnation from then on. A refused registration (DUPLICATE_BROKER_REGISTRATION while an
+   older incarnation's session lives) is retried; a wrong cluster id or version is fatal.
+2. **Heartbeat** every ``broker.heartbeat.interval.ms`` (BrokerHeartbeat) with the metadata offset it
+   has replayed: the controller keeps it **fenced** (no leaderships, not listed to clients) until that
+   offset reaches its registration, then unfences it.
+3. **Controlled shutdown** (SIGTERM): heartbeats ask ``WantShutDown``; the controller moves its
+   leaderships away and answers ``ShouldShutDown`` once every other broker knows, and the broker
+   stops then (or when ``controlled.shutdown`` gives up after its timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Sequence
+
+from onceflow.metadata.image import DEFAULT_METADATA_VERSION, METADATA_VERSION
+from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from onceflow.server.config import Listener
+from onceflow.server.controller_channel import ControllerChannel
+
+log = logging.getLogger(__name__)
+
+MIN_METADATA_VERSION = 1
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+# Errors of a registration worth trying again (the old incarnation's session may still expire).
+_RETRY_REGISTRATION = {ErrorCode.DUPLICATE_BROKER_REGISTRATION, ErrorCode.NOT_CONTROLLER}
+
+
+class RegistrationRefused(RuntimeError):
+    """The controller will never take this broker (another cluster, an unsupported version)."""
+
+
+class BrokerLifecycle:
+    def __init__(
+        self,
+        node_id: int,
+        cluster_id: str,
+        channel: ControllerChannel,
+        metadata,
+        listeners: Sequence[Listener],
+        *,
+        heartbeat_interval_ms: int = 2000,
+        rack: str | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.channel = channel
+        self.metadata = metadata
+        self.listeners = tuple(listeners)
+        self.heartbeat_interval_s = heartbeat_interval_ms / 1000.0
+        self.rack = rack
+        self.incarnation_id = uuid.uuid4()
+        self.broker_epoch = -1
+        self.fenced = True
+        self.want_shut_down = False
+        self.should_shut_down = asyncio.Event()
+        self.unfenced = asyncio.Event()
+        self._heartbeats: asyncio.Task[None] | None = None
+        self._beat_now = asyncio.Event()
+
+    async def register(self) -> int:
+        """Register (retrying while the controller says to wait); returns the broker epoch."""
+        request = BrokerRegistrationRequest(
+            broker_id=self.node_id,
+            cluster_id=self.cluster_id,
+            incarnation_id=self.incarnation_id,
+            listeners=[
+                BrokerRegistrationRequest.Listener(
+                    name=lst.name,
+                    host=lst.host,
+                    port=lst.port,
+                    security_protocol=SECURITY_PROTOCOL_IDS[lst.security_protocol],
+                )
+                for lst in self.listeners
+            ],
+            features=[
+                BrokerRegistrationRequest.Feature(
+                    name=METADATA_VERSION,
+                    min_supported_version=MIN_METADATA_VERSION,
+                    max_supported_version=DEFAULT_METADATA_VERSION,
+                )
+            ],
+            rack=self.rack,
+            is_migrating_zk_broker=False,
+            log_dirs=[],
+            previous_broker_epoch=-1,
+        )
+        waited = False
+        while True:
+            response = await self.channel.send(62, 3, request)
+            code = ErrorCode(response.error_code)
+            if code is ErrorCode.NONE:
+                self.broker_epoch = response.broker_epoch
+                log.info(
+                    "broker %d registered (incarnation %s, epoch %d)",
+                    self.node_id,
+                    self.incarnation_id,
+                    self.broker_epoch,
+                )
+                return self.broker_epoch
+            if code not in _RETRY_REGISTRATION:
+                raise RegistrationRefused(f"the controller refused broker {self.node_id}: {code.name}")
+            if not waited:
+                log.info("broker %d registration waits: %s", self.node_id, code.name)
+                waited = True
+            await asyncio.sleep(min(self.heartbeat_interval_s, 0.5))
+
+    def start_heartbeats(self) -> None:
+        self._heartbeats = asyncio.create_task(self._run(), name="broker-heartbeats")
+
+    async def stop(self) -> None:
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeats
+            self._heartbeats = None
+
+    async def wait_unfenced(self) -> None:
+        self._beat_now.set()
+        await self.unfenced.wait()
+
+    async def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Ask to shut down and wait until the controller agrees; False if it did not in time."""
+        self.want_shut_down = True
+        self._beat_now.set()
+        try:
+            await asyncio.wait_for(self.should_shut_down.wait(), timeout_s)
+        except TimeoutError:
+            log.warning("controlled shutdown of broker %d not acknowledged in %.0fs", self.node_id, timeout_s)
+            return False
+        return True
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._heartbeat()
+            except KafkaError as exc:
+                log.info("heartbeat of broker %d failed: %s", self.node_id, exc)
+            except Exception:
+                log.exception("heartbeat of broker %d failed", self.node_id)
+            self._beat_now.clear()
+            # Quickly while waiting to be unfenced or to shut down, else every interval.
+            interval = self.heartbeat_interval_s if (not self.fenced and not self.want_shut_down) else 0.05
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._beat_now.wait(), interval)
+
+    async def _heartbeat(self) -> None:
+        request = BrokerHeartbeatRequest(
+            broker_id=self.node_id,
+            broker_epoch=self.broker_epoch,
+            current_metadata_offset=self.metadata.offset,
+            want_fence=False,
+            want_shut_down=self.want_shut_down,
+        )
+        response = await self.channel.send(63, 1, request, timeout_s=self.heartbeat_interval_s * 2)
+        code = ErrorCode(response.error_code)
+        if code is ErrorCode.STALE_BROKER_EPOCH:
+            log.warning("broker %d: its registration is gone (stale epoch); registering again", self.node_id)
+            self.fenced = True
+            self.unfenced.clear()
+            self.incarnation_id = uuid.uuid4()
+            await self.register()
+            return
+        if code is not ErrorCode.NONE:
+            raise KafkaError(f"heartbeat answered {code.name}", code)
+        was_fenced = self.fenced
+        self.fenced = response.is_fenced
+        if not self.fenced:
+            self.unfenced.set()
+            if was_fenced:
+                log.info("broker %d is unfenced", self.node_id)
+        else:
+            self.unfenced.clear()
+        if response.should_shut_down:
+            self.should_shut_down.set()

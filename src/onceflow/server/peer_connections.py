@@ -1,0 +1,71 @@
+"""Connections from this node to other nodes' controller listeners (brokers to the active
+controller), one per address, opened on first use and dropped on any failure so the next request
+reconnects (possibly to another leader)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from onceflow.client.connection import BrokerConnectionError, Connection
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 30.0
+
+
+class PeerConnections:
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self._connections: dict[tuple[str, int], Connection] = {}
+        self._opening: dict[tuple[str, int], asyncio.Future[Connection]] = {}
+
+    async def _connection(self, address: tuple[str, int]) -> Connection:
+        found = self._connections.get(address)
+        if found is not None and not found.closed:
+            return found
+        pending = self._opening.get(address)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        self._opening[address] = future
+        try:
+            connection = await Connection.open(
+                address[0],
+                address[1],
+                client_id=self.client_id,
+                request_timeout_s=REQUEST_TIMEOUT_S,
+                connect_timeout_s=2.0,
+            )
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: callers waiting on it see it raised
+            raise
+        finally:
+            self._opening.pop(address, None)
+        future.set_result(connection)
+        self._connections[address] = connection
+        return connection
+
+    async def send(self, address: tuple[str, int], api_key: int, version: int, request: Any) -> Any:
+        """``request`` at ``version`` (capped at what the peer serves) to ``address``; raises
+        ConnectionError when the peer cannot be reached."""
+        try:
+            connection = await self._connection(address)
+            low, high = connection.broker_versions.get(api_key, (0, -1))
+            if high < 0:
+                raise ConnectionError(f"{address[0]}:{address[1]} does not serve API {api_key}")
+            return await connection.send(request, version=max(low, min(version, high)))
+        except BrokerConnectionError as exc:
+            await self._drop(address)
+            raise ConnectionError(str(exc)) from exc
+
+    async def _drop(self, address: tuple[str, int]) -> None:
+        connection = self._connections.pop(address, None)
+        if connection is not None:
+            await connection.close()
+
+    async def close(self) -> None:
+        for address in list(self._connections):
+            await self._drop(address)
