@@ -71,6 +71,8 @@ class Broker:
         self.metadata = metadata  # the ClusterMetadata the node replays into
         self.controller = controller  # the channel to the active controller
         self._producer_ids = producer_ids
+        # A cluster node's transaction markers also go to other brokers (set by the node).
+        self.wrap_markers: Any = None
         self.faults = Faults(config.faults)
         self.topics = TopicManager(
             config.data_dir,
@@ -167,7 +169,12 @@ class Broker:
                 name="idle-connections",
             )
         transactions = TransactionService(
-            self.config, self.topics, self.services.groups, self.faults, self.services.producer_ids
+            self.config,
+            self.topics,
+            self.services.groups,
+            self.faults,
+            self.services.producer_ids,
+            wrap_markers=self.wrap_markers,
         )
         await transactions.start()  # replays __transaction_state, finishes Prepare* transactions
         self.services.transactions = transactions

@@ -48,6 +48,7 @@ from onceflow.server.peer_connections import PeerConnections
 from onceflow.server.producer_id_blocks import ControllerProducerIds
 from onceflow.server.quorum import LocalQuorum
 from onceflow.server.topic_admin import AsyncTopicAdmin, LocalTopicAdmin
+from onceflow.server.txn_markers import ClusterMarkerWriter
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,9 @@ class Node:
             )
             await producer_ids.start()
             self.broker._producer_ids = producer_ids  # noqa: SLF001 - set before its services exist
+            self.broker.wrap_markers = lambda local: ClusterMarkerWriter(
+                local, self.metadata, self.node_id, server.inter_broker_listener_name, self.peers
+            )
         await self.broker.start_services({lst.name: (lst.host, lst.port) for lst in advertised})
         await self.broker.serve()
 
