@@ -34,6 +34,8 @@ class BrokerServices:
     # channel to the active controller that admin requests are forwarded on.
     metadata: Any = None
     controller: Any = None
+    # Which broker coordinates a transactional id, and asking it (server.txn_router); None: this one.
+    txn_router: Any = None
 
 
 @dataclass(frozen=True, slots=True)

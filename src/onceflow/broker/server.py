@@ -73,6 +73,7 @@ class Broker:
         self._producer_ids = producer_ids
         # A cluster node's transaction markers also go to other brokers (set by the node).
         self.wrap_markers: Any = None
+        self.txn_router: Any = None  # the node's server.txn_router on a cluster
         self.faults = Faults(config.faults)
         self.topics = TopicManager(
             config.data_dir,
@@ -154,6 +155,7 @@ class Broker:
             producer_ids=self._producer_ids or ProducerIdManager(self.config.data_dir),
             metadata=self.metadata,
             controller=self.controller,
+            txn_router=self.txn_router,
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._flusher = asyncio.create_task(self._run_flush_policy(), name="flush-policy")

@@ -49,6 +49,7 @@ from onceflow.server.producer_id_blocks import ControllerProducerIds
 from onceflow.server.quorum import LocalQuorum
 from onceflow.server.topic_admin import AsyncTopicAdmin, LocalTopicAdmin
 from onceflow.server.txn_markers import ClusterMarkerWriter
+from onceflow.server.txn_router import TransactionRouter
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,10 @@ class Node:
         broker_config: BrokerConfig,
         *,
         log_opener: Callable[..., Any] | None = None,
+        quorum_factory: Callable[[Node, str], Any] | None = None,
     ) -> None:
+        """``quorum_factory(node, cluster_id)``: the metadata quorum to run on instead of the one the
+        config calls for (tests: an in-process quorum shared by several nodes)."""
         self.server = server
         # One node id for both roles (the broker's answers name it too).
         self.config = dataclasses.replace(broker_config, node_id=server.node_id)
@@ -99,6 +103,7 @@ class Node:
         self.controller_listener: ControllerListener | None = None
         self.peers: PeerConnections | None = None
         self._log_opener = log_opener
+        self._quorum_factory = quorum_factory
         self._own_broker_registered = False
 
     @property
@@ -205,10 +210,15 @@ class Node:
             self.broker.wrap_markers = lambda local: ClusterMarkerWriter(
                 local, self.metadata, self.node_id, server.inter_broker_listener_name, self.peers
             )
+            self.broker.txn_router = TransactionRouter(
+                self.metadata, self.node_id, server.inter_broker_listener_name, self.peers
+            )
         await self.broker.start_services({lst.name: (lst.host, lst.port) for lst in advertised})
         await self.broker.serve()
 
     def _make_quorum(self, cluster_id: str):
+        if self._quorum_factory is not None:
+            return self._quorum_factory(self, cluster_id)
         if self.server.single_node:
             return LocalQuorum(self.node_id)
         from onceflow.server.raft_quorum import raft_quorum

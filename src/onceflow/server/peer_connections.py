@@ -15,6 +15,14 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 30.0
 
 
+def _has_header_slot(request: Any) -> bool:
+    try:
+        request._header  # noqa: B018 - an attribute test
+    except AttributeError:
+        return False
+    return True
+
+
 class PeerConnections:
     def __init__(self, client_id: str) -> None:
         self.client_id = client_id
@@ -50,12 +58,18 @@ class PeerConnections:
 
     async def send(self, address: tuple[str, int], api_key: int, version: int, request: Any) -> Any:
         """``request`` at ``version`` (capped at what the peer serves) to ``address``; raises
-        ConnectionError when the peer cannot be reached."""
+        ConnectionError when the peer cannot be reached. Runs as a task of its own: a broker handler
+        runs its first step outside any task, where the client connection's timeouts cannot work."""
+        return await asyncio.get_running_loop().create_task(self._send(address, api_key, version, request))
+
+    async def _send(self, address: tuple[str, int], api_key: int, version: int, request: Any) -> Any:
         try:
             connection = await self._connection(address)
             low, high = connection.broker_versions.get(api_key, (0, -1))
             if high < 0:
                 raise ConnectionError(f"{address[0]}:{address[1]} does not serve API {api_key}")
+            if not _has_header_slot(request):
+                request._header = None  # decoded from a client's frame: never given a header of its own
             return await connection.send(request, version=max(low, min(version, high)))
         except BrokerConnectionError as exc:
             await self._drop(address)
