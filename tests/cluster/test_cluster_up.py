@@ -13,6 +13,8 @@ import time
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+# A multi-node quorum needs the Raft package (onceflow.raft); until it is in, there is none to start.
+pytest.importorskip("onceflow.raft.server", reason="the Raft quorum is not in this build yet")
 
 START_DEADLINE_S = 90.0
 

@@ -23,6 +23,8 @@ from tests.helpers.clients import CLIENTS, adapter, create_topic, sample_records
 from tests.helpers.cluster import ClusterNodes
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+# A multi-node quorum needs the Raft package (onceflow.raft); until it is in, there is none to start.
+pytest.importorskip("onceflow.raft.server", reason="the Raft quorum is not in this build yet")
 
 PARTITIONS = 6
 RECORDS_PER_PARTITION = 20
