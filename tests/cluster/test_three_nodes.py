@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 from tests.helpers.clients import CLIENTS, adapter, create_topic, sample_records
-from tests.helpers.cluster import ClusterNodes
+from tests.helpers.cluster import ClusterNodes, quorum, request
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 # A multi-node quorum needs the Raft package (onceflow.raft); until it is in, there is none to start.
@@ -38,17 +38,6 @@ def cluster(tmp_path_factory):
         yield nodes
 
 
-async def _request(bootstrap: str, request, version: int):
-    from onceflow.client.connection import Connection
-
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
-    conn = await Connection.open(host, int(port))
-    try:
-        return await conn.send(request, version=version)
-    finally:
-        await conn.close()
-
-
 def metadata(bootstrap: str, topics=None):
     from kafka.protocol.metadata import MetadataRequest
 
@@ -58,20 +47,8 @@ def metadata(bootstrap: str, topics=None):
         else [MetadataRequest.MetadataRequestTopic(name=t, topic_id=None) for t in topics]
     )
     return asyncio.run(
-        _request(bootstrap, MetadataRequest(topics=topic_list, allow_auto_topic_creation=False), 12)
+        request(bootstrap, MetadataRequest(topics=topic_list, allow_auto_topic_creation=False), 12)
     )
-
-
-def quorum(bootstrap: str):
-    from kafka.protocol.admin import DescribeQuorumRequest
-
-    topic = DescribeQuorumRequest.TopicData
-    request = DescribeQuorumRequest(
-        topics=[topic(topic_name="__cluster_metadata", partitions=[topic.PartitionData(partition_index=0)])]
-    )
-    response = asyncio.run(_request(bootstrap, request, 1))
-    assert response.error_code == 0, response
-    return response.topics[0].partitions[0]
 
 
 def wait_for(check, what: str, deadline_s: float = DEADLINE_S):
@@ -177,8 +154,8 @@ def test_coordinators_of_different_keys_live_on_different_brokers(cluster):
 
     found = set()
     for key_type in (0, 1):
-        request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[f"key-{i}" for i in range(12)])
-        response = asyncio.run(_request(cluster.bootstrap, request, 4))
+        find = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[f"key-{i}" for i in range(12)])
+        response = asyncio.run(request(cluster.bootstrap, find, 4))
         for coordinator in response.coordinators:
             assert coordinator.error_code == 0, coordinator
             found.add((key_type, coordinator.node_id))

@@ -145,4 +145,32 @@ class ClusterNodes:
             self.kill_all()
 
 
-__all__ = ["ClusterNodes", "NodeProcess", "BrokerStartError"]
+async def request(bootstrap: str, body, version: int):
+    """One request to the first broker of ``bootstrap`` with our client's connection."""
+    from onceflow.client.connection import Connection
+
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    conn = await Connection.open(host, int(port))
+    try:
+        return await conn.send(body, version=version)
+    finally:
+        await conn.close()
+
+
+def quorum(bootstrap: str):
+    """The metadata quorum as DescribeQuorum gives it (the partition entry: leader, voters ...)."""
+    import asyncio
+
+    from kafka.protocol.admin import DescribeQuorumRequest
+
+    topic = DescribeQuorumRequest.TopicData
+    body = DescribeQuorumRequest(
+        topics=[topic(topic_name="__cluster_metadata", partitions=[topic.PartitionData(partition_index=0)])]
+    )
+    response = asyncio.run(request(bootstrap, body, 1))
+    if response.error_code:
+        raise RuntimeError(f"DescribeQuorum answered {response.error_code}")
+    return response.topics[0].partitions[0]
+
+
+__all__ = ["ClusterNodes", "NodeProcess", "BrokerStartError", "quorum", "request"]
