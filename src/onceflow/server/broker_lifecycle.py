@@ -24,12 +24,14 @@ from onceflow.metadata.image import DEFAULT_METADATA_VERSION, METADATA_VERSION
 from onceflow.protocol.errors import ErrorCode, KafkaError
 from onceflow.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from onceflow.server.config import Listener
-from onceflow.server.controller_channel import ControllerChannel
+from onceflow.server.controller_channel import ControllerChannel, ControllerUnavailable
 
 log = logging.getLogger(__name__)
 
 MIN_METADATA_VERSION = 1
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+# How long a registration waits for an active controller before saying so in the log (and waiting on).
+QUORUM_WAIT_LOG_S = 10.0
 # Errors of a registration worth trying again (the old incarnation's session may still expire).
 _RETRY_REGISTRATION = {ErrorCode.DUPLICATE_BROKER_REGISTRATION, ErrorCode.NOT_CONTROLLER}
 
@@ -49,8 +51,10 @@ class BrokerLifecycle:
         *,
         heartbeat_interval_ms: int = 2000,
         rack: str | None = None,
+        quorum_hint: str = "",
     ) -> None:
         self.node_id = node_id
+        self.quorum_hint = quorum_hint  # the voters, for the log line of a quorum that cannot elect
         self.cluster_id = cluster_id
         self.channel = channel
         self.metadata = metadata
@@ -95,7 +99,16 @@ class BrokerLifecycle:
         )
         waited = False
         while True:
-            response = await self.channel.send(62, 3, request)
+            try:
+                response = await self.channel.send(62, 3, request, timeout_s=QUORUM_WAIT_LOG_S)
+            except ControllerUnavailable:
+                log.warning(
+                    "broker %d: no active controller yet; the metadata quorum needs a majority of its voters "
+                    "up to elect one (%s)",
+                    self.node_id,
+                    self.quorum_hint,
+                )
+                continue
             code = ErrorCode(response.error_code)
             if code is ErrorCode.NONE:
                 self.broker_epoch = response.broker_epoch
@@ -109,7 +122,15 @@ class BrokerLifecycle:
             if code not in _RETRY_REGISTRATION:
                 raise RegistrationRefused(f"the controller refused broker {self.node_id}: {code.name}")
             if not waited:
-                log.info("broker %d registration waits: %s", self.node_id, code.name)
+                if code is ErrorCode.DUPLICATE_BROKER_REGISTRATION:
+                    log.warning(
+                        "broker %d: another broker with node.id %d is registered and alive; this one waits "
+                        "for it to stop (or its session to expire). Two live nodes must not share a node.id.",
+                        self.node_id,
+                        self.node_id,
+                    )
+                else:
+                    log.info("broker %d registration waits: %s", self.node_id, code.name)
                 waited = True
             await asyncio.sleep(min(self.heartbeat_interval_s, 0.5))
 

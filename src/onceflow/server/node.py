@@ -191,6 +191,8 @@ class Node:
             self.metadata,
             advertised,
             heartbeat_interval_ms=server.broker_heartbeat_interval_ms,
+            quorum_hint=f"controller.quorum.voters: {len(server.voters)} voters, "
+            f"{len(server.voters) // 2 + 1} needed",
         )
         epoch = await self.lifecycle.register()
         self._own_broker_registered = True
