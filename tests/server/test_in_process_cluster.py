@@ -16,6 +16,7 @@ import asyncio
 import socket
 import time
 
+from kafka.protocol.admin import CreateTopicsRequest, DescribeQuorumRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 from tests.broker.raw_client import build_batch
@@ -162,6 +163,38 @@ async def _check_cluster(nodes: dict[int, Node]) -> None:
     expected = {p: [f"idem-{p}".encode(), f"tx-{p}".encode()] for p in range(PARTITIONS)}
     expected[partition] = [b"x", *expected[partition]]
     assert got == expected
+
+    # a consumer group whose coordinator is on another broker than the one bootstrapped from
+    async with AsyncConsumer(
+        "spread",
+        bootstrap_servers=bootstrap,
+        group_id="g-spread",
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+    ) as member:
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 2 * PARTITIONS + 1 and time.monotonic() < deadline:
+            seen += sum(len(records) for records in (await member.getmany(timeout_ms=300)).values())
+        await member.commit()
+        committed = await member.committed(TP("spread", 0))
+    assert seen == 2 * PARTITIONS + 1 and committed is not None and committed.offset >= 2
+
+    # a standby controller's listener says NOT_CONTROLLER; DescribeQuorum through any broker
+    standby = nodes[2].server.controller_listener().port
+    topic = CreateTopicsRequest.CreatableTopic
+    asked = CreateTopicsRequest(
+        topics=[topic(name="direct", num_partitions=1, replication_factor=1, assignments=[], configs=[])],
+        timeout_ms=1000,
+        validate_only=False,
+    )
+    refused = await _request(standby, asked, 7)
+    assert [t.error_code for t in refused.topics] == [ErrorCode.NOT_CONTROLLER]
+    quorum = await _request(ports[3], DescribeQuorumRequest(topics=[]), 1)
+    assert quorum.topics[0].partitions[0].leader_id == 1
+    described = sorted(r.replica_id for r in quorum.topics[0].partitions[0].current_voters)
+    assert described == [1, 2, 3]
 
     # producer ids come from controller blocks: no two brokers hand out the same one
     handed = [node.services.producer_ids.generate_producer_id() for node in nodes.values()]
