@@ -1,14 +1,15 @@
 """Connections from this node to other nodes' controller listeners (brokers to the active
 controller), one per address, opened on first use and dropped on any failure so the next request
-reconnects (possibly to another leader)."""
+reconnects (possibly to another leader).
+
+The client package is imported on first use: a single node never reaches another, and importing the
+whole client would slow every broker start."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from typing import Any
-
-from onceflow.client.connection import BrokerConnectionError, Connection
 
 log = logging.getLogger(__name__)
 
@@ -26,17 +27,19 @@ def _has_header_slot(request: Any) -> bool:
 class PeerConnections:
     def __init__(self, client_id: str) -> None:
         self.client_id = client_id
-        self._connections: dict[tuple[str, int], Connection] = {}
-        self._opening: dict[tuple[str, int], asyncio.Future[Connection]] = {}
+        self._connections: dict[tuple[str, int], Any] = {}
+        self._opening: dict[tuple[str, int], asyncio.Future[Any]] = {}
 
-    async def _connection(self, address: tuple[str, int]) -> Connection:
+    async def _connection(self, address: tuple[str, int]) -> Any:
+        from onceflow.client.connection import Connection
+
         found = self._connections.get(address)
         if found is not None and not found.closed:
             return found
         pending = self._opening.get(address)
         if pending is not None:
             return await asyncio.shield(pending)
-        future: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._opening[address] = future
         try:
             connection = await Connection.open(
@@ -63,6 +66,8 @@ class PeerConnections:
         return await asyncio.get_running_loop().create_task(self._send(address, api_key, version, request))
 
     async def _send(self, address: tuple[str, int], api_key: int, version: int, request: Any) -> Any:
+        from onceflow.client.connection import BrokerConnectionError
+
         try:
             connection = await self._connection(address)
             low, high = connection.broker_versions.get(api_key, (0, -1))
