@@ -129,15 +129,15 @@ def test_our_client_idempotent_and_transactional_over_three_brokers(cluster):
             else:
                 producer.abort_transaction()
     consumer = Consumer(
-        {
+        name,
+        config={
             "bootstrap.servers": cluster.bootstrap,
             "group.id": f"g-{name}",
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",
-        }
+        },
     )
     try:
-        consumer.subscribe([name])
         got: dict[int, list[bytes]] = {}
         deadline = time.monotonic() + DEADLINE_S
         while sum(len(v) for v in got.values()) < 2 * PARTITIONS and time.monotonic() < deadline:

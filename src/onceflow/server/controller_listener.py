@@ -35,7 +35,7 @@ from onceflow.server.controller_runner import ControllerRunner
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 104857600
-# (api version, request) -> response, for the quorum's own APIs.
+# (api version, request, correlation id) -> the encoded answer, for the quorum's own APIs.
 QuorumHandler = Callable[[int, Any], Awaitable[Any]]
 
 
@@ -97,6 +97,11 @@ class ControllerListener:
 
     async def _dispatch(self, event: RequestReceived) -> bytes | None:
         header = event.header
+        if header.api_key in self._quorum_apis:
+            # The quorum encodes its own answers (a Fetch may wait for data first).
+            return await self._quorum_apis[header.api_key][3](
+                header.api_version, event.request, header.correlation_id
+            )
         response = await self.answer(header.api_key, header.api_version, event.request)
         return apis.encode_response(response, header.correlation_id, header.api_version)
 
@@ -117,8 +122,6 @@ class ControllerListener:
             if description is None:
                 return error_response(ErrorCode.NOT_LEADER_OR_FOLLOWER, "this node does not lead the quorum")
             return response_for(description, version)
-        if api_key in self._quorum_apis:
-            return await self._quorum_apis[api_key][3](version, request)
         try:
             return await self.runner.call(operation_for(self.runner.controller, api_key, request, version))
         except NotController as exc:

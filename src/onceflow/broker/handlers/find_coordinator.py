@@ -17,6 +17,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.forwarding import create_topics_now
+from onceflow.broker.group.config import GroupCoordinatorConfig
 from onceflow.broker.topics import INTERNAL_TOPIC_CONFIGS
 from onceflow.broker.txn.config import partition_for_key
 from onceflow.protocol.errors import ErrorCode
@@ -30,8 +31,6 @@ GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 CONSUMER_OFFSETS = "__consumer_offsets"
 TRANSACTION_STATE = "__transaction_state"
-# offsets.topic.num.partitions (Kafka's default; the group coordinator's own setting agrees).
-OFFSETS_TOPIC_NUM_PARTITIONS = 50
 
 _Coordinator = FindCoordinatorResponse.Coordinator
 
@@ -39,10 +38,11 @@ _Coordinator = FindCoordinatorResponse.Coordinator
 def _topic_for(ctx: RequestContext, key_type: int) -> tuple[str, int, dict[str, str]]:
     """(internal topic, partitions it is created with, its configs) of a key type."""
     if key_type == GROUP_KEY_TYPE:
+        # The group coordinator's offsets.topic.num.partitions: it hashes groups onto that count.
         segment = str(ctx.config.offsets_topic_segment_bytes)
         return (
             CONSUMER_OFFSETS,
-            OFFSETS_TOPIC_NUM_PARTITIONS,
+            GroupCoordinatorConfig().offsets_topic_num_partitions,
             {**INTERNAL_TOPIC_CONFIGS, "segment.bytes": segment},
         )
     segment = str(ctx.config.transaction_state_log_segment_bytes)
