@@ -84,7 +84,10 @@ class ControllerChannel:
         request = DescribeQuorumRequest(
             topics=[topic(topic_name=METADATA_TOPIC, partitions=[topic.PartitionData(partition_index=0)])]
         )
-        return await self.remote_send(address, 55, version, request)
+        try:
+            return await self.remote_send(address, 55, version, request)
+        except (TimeoutError, ConnectionError, OSError) as exc:
+            raise ControllerUnavailable(f"the quorum's leader did not answer: {exc}") from exc
 
     async def _send_once(self, api_key: int, version: int, request: Any) -> Any:
         local = self.local
