@@ -221,9 +221,8 @@ def test_killing_the_active_controller_elects_another_and_it_rejoins_as_follower
 def _created(bootstrap: str, name: str) -> bool:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    futures = AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic(name, 3, 1)], request_timeout=10
-    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures die with it
+    futures = admin.create_topics([NewTopic(name, 3, 1)], request_timeout=10)
     try:
         futures[name].result(timeout=15)
     except Exception as exc:
