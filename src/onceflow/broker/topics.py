@@ -584,12 +584,15 @@ class TopicManager:
                     shutil.rmtree(directory)
             elif existing:
                 log.warning("no directory for partition %s-%d; it starts empty", topic.name, index)
-            if not directory.exists():
-                directory.mkdir(parents=True)
-                made = True
-            if not marker.exists():
-                _write_atomically(marker, wanted)
+            made = not directory.exists()
+            # The log first (it tells a new directory from one to recover), then the marker.
             opened = self._open_log(directory, self.effective_configs(topic))
+            if not marker.exists():
+                try:
+                    _write_atomically(marker, wanted)
+                except OSError:
+                    getattr(opened, "abandon", lambda: None)()
+                    raise
         except OSError as exc:
             log.error("cannot open partition %s-%d: %s", topic.name, index, exc)
             if made:
