@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from onceflow.broker.client_protocol import ClientProtocol
+from onceflow.broker.client_protocol import Answer, ClientProtocol
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import RequestReceived, SupportedApi
 from onceflow.broker.connection_limits import ConnectionLimits, parse_per_ip_overrides
@@ -42,6 +42,9 @@ from onceflow.broker.limit_events import LimitEvents
 from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.memory_pool import MemoryPool
 from onceflow.broker.producer_expiry import run_producer_expiry
+from onceflow.broker.quotas.manager import ClientQuotas
+from onceflow.broker.quotas.store import FileQuotaStore
+from onceflow.broker.quotas.throttling import answer_within_quotas
 from onceflow.broker.topics import TopicManager
 from onceflow.broker.txn.pid_manager import ProducerIdManager
 from onceflow.broker.txn.service import TransactionService
@@ -153,6 +156,11 @@ class Broker:
             # The one producer-id allocator of this broker (InitProducerId; the transaction
             # coordinator must use this same instance, or ids could repeat).
             producer_ids=self._producer_ids or ProducerIdManager(self.config.data_dir),
+            quotas=ClientQuotas(
+                FileQuotaStore(self.config.data_dir),
+                window_num=self.config.quota_window_num,
+                window_size_ms=self.config.quota_window_size_seconds * 1000,
+            ),
             metadata=self.metadata,
             controller=self.controller,
             txn_router=self.txn_router,
@@ -279,7 +287,7 @@ class Broker:
 
     # -- requests ----------------------------------------------------------------------------------
 
-    async def _dispatch(self, listener: str, event: RequestReceived) -> bytes | None:
+    async def _dispatch(self, listener: str, event: RequestReceived) -> Answer:
         header = event.header
         assert self.services is not None
         ctx = RequestContext(
@@ -297,7 +305,11 @@ class Broker:
             header.correlation_id,
             header.client_id,
         )
-        response = await self.handlers[header.api_key].handle(ctx, event.request)
+        handler = self.handlers[header.api_key]
+        quotas = self.services.quotas
+        if quotas is not None and quotas.any_enabled:
+            return await answer_within_quotas(handler, ctx, event, quotas, self.limit_events)
+        response = await handler.handle(ctx, event.request)
         if response is None:
             return None
         return apis.encode_response(response, header.correlation_id, header.api_version)
