@@ -80,3 +80,18 @@ def _next_producer_id(data_dir: Path) -> int:
         return 0
     except (ValueError, KeyError, TypeError) as exc:
         raise RuntimeError(f"{path} is unreadable ({exc}); restore it or remove it deliberately") from exc
+
+
+RETIRED_SUFFIX = ".migrated"
+
+
+def retire_single_node_files(data_dir: Path) -> None:
+    """Once their records are committed to the metadata log, the old files are kept aside (renamed
+    ``*.migrated``) rather than deleted: a copy for the operator, never read again."""
+    for name in (TOPICS_FILE, PRODUCER_ID_BLOCK_FILE):
+        path = Path(data_dir) / name
+        if path.exists():
+            path.rename(path.with_name(name + RETIRED_SUFFIX))
+            log.info(
+                "%s is in the metadata log now; the old file is kept as %s%s", name, name, RETIRED_SUFFIX
+            )

@@ -43,7 +43,8 @@ from onceflow.server.config import Listener, ServerConfig, server_config
 from onceflow.server.controller_channel import ControllerChannel
 from onceflow.server.controller_listener import ControllerListener
 from onceflow.server.controller_runner import ControllerRunner
-from onceflow.server.migration import single_node_records
+from onceflow.server.metadata_snapshots import MetadataSnapshots
+from onceflow.server.migration import retire_single_node_files, single_node_records
 from onceflow.server.peer_connections import PeerConnections
 from onceflow.server.producer_id_blocks import ControllerProducerIds
 from onceflow.server.quorum import LocalQuorum
@@ -105,6 +106,7 @@ class Node:
         self._log_opener = log_opener
         self._quorum_factory = quorum_factory
         self._own_broker_registered = False
+        self._migrated = False
 
     @property
     def port(self) -> int:
@@ -150,7 +152,7 @@ class Node:
             self.runner = ControllerRunner(
                 QuorumController(self._controller_config(cluster_id)),
                 self.quorum,
-                bootstrap_records=lambda: single_node_records(self.data_dir, self.node_id),
+                bootstrap_records=self._bootstrap_records,
                 on_activate=self._on_activate,
             )
             self.quorum.add_listener(self.runner)
@@ -163,12 +165,15 @@ class Node:
             self.quorum.add_listener(self.metadata)
             self.broker.metadata = self.metadata
             self.broker.controller = self.channel
+            # With a metadata log on disk, topics.json is only read, once (a single-node data dir).
+            topics.persist_topics_file = not self.durable
             if server.single_node:
                 topics.admin = LocalTopicAdmin(self.runner, self.quorum)
             else:
                 topics.admin = AsyncTopicAdmin(self.channel, {})
-                topics.persist_topics_file = False
             await self.broker.bind()
+        if self.durable:
+            self.quorum.add_listener(MetadataSnapshots(self.quorum, self._snapshot_image))
         if self.runner is not None:
             own = server.controller_listener()
             self.controller_listener = ControllerListener(
@@ -203,12 +208,17 @@ class Node:
         # Unfenced: the controller has made this broker the leader of its partitions; serve once
         # this broker's own image says so too.
         await self.metadata.wait_until(lambda image: not image.broker(self.node_id).fenced, 30.0)
-        if not server.single_node:
+        if self.durable or not server.single_node:
+            # Producer ids from the controller's blocks (a single node without a metadata log on disk
+            # keeps its producer-id-block.json instead).
             producer_ids = ControllerProducerIds(
                 self.channel, self.node_id, lambda: self.lifecycle.broker_epoch
             )
             await producer_ids.start()
             self.broker._producer_ids = producer_ids  # noqa: SLF001 - set before its services exist
+        if self._migrated and self.durable:
+            retire_single_node_files(self.data_dir)
+        if not server.single_node:
             self.broker.wrap_markers = lambda local: ClusterMarkerWriter(
                 local, self.metadata, self.node_id, server.inter_broker_listener_name, self.peers
             )
@@ -221,11 +231,32 @@ class Node:
     def _make_quorum(self, cluster_id: str):
         if self._quorum_factory is not None:
             return self._quorum_factory(self, cluster_id)
-        if self.server.single_node:
-            return LocalQuorum(self.node_id)
-        from onceflow.server.raft_quorum import raft_quorum
+        from onceflow.server.raft_quorum import QuorumUnavailable, raft_quorum
 
-        return raft_quorum(self.server, self.data_dir, cluster_id)
+        try:
+            return raft_quorum(self.server, self.data_dir, cluster_id)
+        except QuorumUnavailable:
+            if not self.server.single_node:
+                raise
+            return LocalQuorum(self.node_id)  # a build without the Raft package
+
+    @property
+    def durable(self) -> bool:
+        """Whether the metadata log is on disk (the Raft quorum), not rebuilt at each start."""
+        return bool(getattr(self.quorum, "durable", False))
+
+    def _bootstrap_records(self) -> list:
+        """An empty metadata log's first records: a single-node data dir's topics and producer ids."""
+        records = single_node_records(self.data_dir, self.node_id)
+        self._migrated = bool(records)
+        return records
+
+    def _snapshot_image(self):
+        """What this node's snapshots hold: the controller's committed image, else the broker's."""
+        if self.runner is not None:
+            controller = self.runner.controller
+            return controller.committed_offset + 1, controller.committed_image
+        return self.metadata.offset + 1, self.metadata.image
 
     def _controller_config(self, cluster_id: str) -> ControllerConfig:
         server, config = self.server, self.config

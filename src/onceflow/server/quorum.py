@@ -104,7 +104,10 @@ def now_ms() -> int:
 
 
 class LocalQuorum:
-    """The quorum of one voter with no durable log: commits at the next turn of the event loop."""
+    """The quorum of one voter with no durable log: commits at the next turn of the event loop. What
+    a single node runs on in a build without the Raft package (``onceflow.raft``)."""
+
+    durable = False
 
     def __init__(self, node_id: int, address: tuple[str, int] = ("127.0.0.1", 0)) -> None:
         self.node_id = node_id
@@ -155,8 +158,12 @@ class LocalQuorum:
         self._next_offset += len(batch.records)
         self._pending.append(batch)
         if not self._scheduled:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return batch.last_offset  # a synchronous caller (LocalTopicAdmin) commits at once
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._deliver)
+            loop.call_soon(self._deliver)
         return batch.last_offset
 
     def describe(self) -> QuorumDescription | None:
