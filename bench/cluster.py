@@ -111,7 +111,8 @@ def run_round(name: str, bootstrap: str, records: int, payload: bytes, samples: 
         seconds = time.perf_counter() - started
         samples[name][phase].append(records / seconds)
         progress(f"  {name:8s} {phase:7s} {records / seconds:>10,.0f} rec/s  ({seconds:.2f} s)")
-    AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])[topic].result(timeout=30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive: its futures die with it
+    admin.delete_topics([topic])[topic].result(timeout=30)
 
 
 async def _metadata(port: int, topic: str):
