@@ -167,9 +167,8 @@ def failover(cluster: ClusterNodes) -> float:
             state = quorum(others)
             if state.leader_id not in (-1, leader):
                 topic = f"failover-{uuid.uuid4().hex[:8]}"
-                AdminClient({"bootstrap.servers": others}).create_topics([NewTopic(topic, 1, 1)])[
-                    topic
-                ].result(timeout=10)
+                admin = AdminClient({"bootstrap.servers": others})  # kept alive while its future waits
+                admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=10)
                 break
         except Exception:  # the old leader's clients see errors until the new one answers
             pass
