@@ -107,6 +107,7 @@ class Node:
         self._quorum_factory = quorum_factory
         self._own_broker_registered = False
         self._migrated = False
+        self._pending_bootstrap: list = []
 
     @property
     def port(self) -> int:
@@ -147,6 +148,10 @@ class Node:
         wanted = None if server.single_node else (server.cluster_id or derived_cluster_id(server.voters))
         topics.load_identity(wanted)
         cluster_id = topics.cluster_id
+        # Read before the quorum runs: a damaged single-node file stops the start, naming it.
+        self._pending_bootstrap = (
+            single_node_records(self.data_dir, self.node_id) if server.is_controller else []
+        )
         self.quorum = self._make_quorum(cluster_id)
         if server.is_controller:
             self.runner = ControllerRunner(
@@ -247,7 +252,7 @@ class Node:
 
     def _bootstrap_records(self) -> list:
         """An empty metadata log's first records: a single-node data dir's topics and producer ids."""
-        records = single_node_records(self.data_dir, self.node_id)
+        records = self._pending_bootstrap
         self._migrated = bool(records)
         return records
 
@@ -330,13 +335,19 @@ class Node:
             self._lock = None
 
 
-def single_node(config: BrokerConfig, *, log_opener: Callable[..., Any] | None = None) -> Node:
+def single_node(
+    config: BrokerConfig,
+    *,
+    log_opener: Callable[..., Any] | None = None,
+    quorum_factory: Callable[[Node, str], Any] | None = None,
+) -> Node:
     """The node plain ``onceflow serve`` runs: one broker on ``config.host``/``config.port`` that is
     its own controller."""
     return Node(
         server_config({"node.id": str(config.node_id)}, host=config.host, port=config.port),
         config,
         log_opener=log_opener,
+        quorum_factory=quorum_factory,
     )
 
 
