@@ -16,7 +16,7 @@ import asyncio
 import socket
 import time
 
-from kafka.protocol.admin import CreateTopicsRequest, DescribeQuorumRequest
+from kafka.protocol.admin import AlterClientQuotasRequest, CreateTopicsRequest, DescribeQuorumRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 from tests.broker.raw_client import build_batch
@@ -195,6 +195,23 @@ async def _check_cluster(nodes: dict[int, Node]) -> None:
     assert quorum.topics[0].partitions[0].leader_id == 1
     described = sorted(r.replica_id for r in quorum.topics[0].partitions[0].current_voters)
     assert described == [1, 2, 3]
+
+    # client quotas are the controller's: set through broker 2, in force on broker 3
+    quota = AlterClientQuotasRequest.EntryData
+    alter = AlterClientQuotasRequest(
+        entries=[
+            quota(
+                entity=[quota.EntityData(entity_type="client-id", entity_name="slow")],
+                ops=[quota.OpData(key="producer_byte_rate", value=1024.0, remove=False)],
+            )
+        ],
+        validate_only=False,
+    )
+    altered = await _request(ports[2], alter, 1)
+    assert [e.error_code for e in altered.entries] == [0]
+    await nodes[3].metadata.wait_until(lambda image: image.client_quotas, 10)
+    assert nodes[3].services.quotas.quota_for("producer_byte_rate", "", "slow")[1] == 1024.0
+    assert nodes[3].services.quotas.quota_for("producer_byte_rate", "", "other")[1] is None
 
     # producer ids come from controller blocks: no two brokers hand out the same one
     handed = [node.services.producer_ids.generate_producer_id() for node in nodes.values()]

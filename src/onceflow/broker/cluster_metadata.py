@@ -49,6 +49,8 @@ class ClusterMetadata:
         self.leader_id: int | None = None  # the quorum's leader: the active controller
         self.leader_epoch = -1
         self.on_partitions_deleted = on_partitions_deleted
+        # Called with the image's client quotas whenever they change (a cluster broker's quotas).
+        self.on_quotas: Callable[[Any], None] | None = None
         # Whether the logs follow the image yet (the broker opens them once it has caught up).
         self._publishing = False
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -127,6 +129,8 @@ class ClusterMetadata:
         self._publish(MetadataImage.EMPTY, self.image, existing=True)
 
     def _publish(self, before: MetadataImage, after: MetadataImage, existing: bool = False) -> None:
+        if self.on_quotas is not None and before.client_quotas is not after.client_quotas:
+            self.on_quotas(after.client_quotas)
         deleted = [t for topic_id, t in before.topics.items() if topic_id not in after.topics]
         for topic in deleted:
             dropped = self.topics.drop_topic(topic.name)
@@ -154,6 +158,9 @@ class ClusterMetadata:
 
     # ------------------------------------------------------------ what handlers ask
 
+    def quota_store(self) -> ImageQuotaStore:
+        return ImageQuotaStore(self)
+
     def controller_id(self) -> int:
         """The id Metadata responses give as the controller: clients cannot reach controllers in a
         KRaft cluster, so, as Kafka, an alive broker (the active controller if it is one)."""
@@ -161,3 +168,19 @@ class ClusterMetadata:
         if self.leader_id in alive:
             return self.leader_id
         return min(alive) if alive else -1
+
+
+class ImageQuotaStore:
+    """The client-quota store of a cluster broker: the quotas are the image's (the controller
+    decides them: AlterClientQuotas is forwarded), never saved by the broker itself."""
+
+    def __init__(self, metadata: ClusterMetadata) -> None:
+        self.metadata = metadata
+
+    def load(self) -> dict:
+        return {
+            quota_entity: dict(values) for quota_entity, values in self.metadata.image.client_quotas.items()
+        }
+
+    def save(self, quotas) -> None:
+        raise OSError("a cluster broker's client quotas change through the controller")

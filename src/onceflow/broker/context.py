@@ -38,6 +38,8 @@ class BrokerServices:
     controller: Any = None
     # Which broker coordinates a transactional id, and asking it (server.txn_router); None: this one.
     txn_router: Any = None
+    # A cluster broker: client quotas are the metadata image's, changed through the controller.
+    quotas_from_metadata: bool = False
 
 
 @dataclass(frozen=True, slots=True)

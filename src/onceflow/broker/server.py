@@ -77,6 +77,8 @@ class Broker:
         # A cluster node's transaction markers also go to other brokers (set by the node).
         self.wrap_markers: Any = None
         self.txn_router: Any = None  # the node's server.txn_router on a cluster
+        # A cluster broker's client quotas come from the metadata image (set by the node).
+        self.quota_store: Any = None
         self.faults = Faults(config.faults)
         self.topics = TopicManager(
             config.data_dir,
@@ -157,13 +159,14 @@ class Broker:
             # coordinator must use this same instance, or ids could repeat).
             producer_ids=self._producer_ids or ProducerIdManager(self.config.data_dir),
             quotas=ClientQuotas(
-                FileQuotaStore(self.config.data_dir),
+                self.quota_store or FileQuotaStore(self.config.data_dir),
                 window_num=self.config.quota_window_num,
                 window_size_ms=self.config.quota_window_size_seconds * 1000,
             ),
             metadata=self.metadata,
             controller=self.controller,
             txn_router=self.txn_router,
+            quotas_from_metadata=self.quota_store is not None,
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._flusher = asyncio.create_task(self._run_flush_policy(), name="flush-policy")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
     AlterConfigsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -64,6 +65,7 @@ CONTROLLER_APIS = {
         ControllerApi(37, 0, 3, CreatePartitionsRequest, _simple("create_partitions")),
         ControllerApi(43, 0, 2, ElectLeadersRequest, _simple("elect_leaders")),
         ControllerApi(44, 0, 1, IncrementalAlterConfigsRequest, _simple("incremental_alter_configs")),
+        ControllerApi(49, 0, 1, AlterClientQuotasRequest, _simple("alter_client_quotas")),
         ControllerApi(56, 0, 3, AlterPartitionRequest, _versioned("alter_partition")),
         ControllerApi(62, 0, 3, BrokerRegistrationRequest, _simple("register_broker")),
         ControllerApi(63, 0, 1, BrokerHeartbeatRequest, _simple("broker_heartbeat")),

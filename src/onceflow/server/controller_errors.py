@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterClientQuotasResponse,
     AlterConfigsResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
@@ -87,6 +88,22 @@ def error_answer(api_key: int, request: Any, error: ErrorCode, message: str) -> 
         )
     if api_key == 43:
         return ElectLeadersResponse(throttle_time_ms=0, error_code=code, replica_election_results=[])
+    if api_key == 49:
+        entry = AlterClientQuotasResponse.EntryData
+        return AlterClientQuotasResponse(
+            throttle_time_ms=0,
+            entries=[
+                entry(
+                    error_code=code,
+                    error_message=message,
+                    entity=[
+                        entry.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+                        for e in item.entity
+                    ],
+                )
+                for item in request.entries or []
+            ],
+        )
     if api_key == 56:
         return AlterPartitionResponse(throttle_time_ms=0, error_code=code, topics=[])
     if api_key == 62:

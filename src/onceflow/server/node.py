@@ -224,6 +224,8 @@ class Node:
         if self._migrated and self.durable:
             retire_single_node_files(self.data_dir)
         if not server.single_node:
+            self.broker.quota_store = self.metadata.quota_store()
+            self.metadata.on_quotas = self._quotas_changed
             self.broker.wrap_markers = lambda local: ClusterMarkerWriter(
                 local, self.metadata, self.node_id, server.inter_broker_listener_name, self.peers
             )
@@ -300,6 +302,11 @@ class Node:
         # image is an earlier incarnation that is gone: no session to wait out before replacing it.
         if not self._own_broker_registered and controller.sessions is not None:
             controller.sessions.fence(self.node_id)
+
+    def _quotas_changed(self, quotas) -> None:
+        services = self.broker.services if self.broker is not None else None
+        if services is not None and services.quotas is not None:
+            services.quotas.replace(quotas)
 
     def _partitions_deleted(self, partitions) -> None:
         services = self.broker.services if self.broker is not None else None
