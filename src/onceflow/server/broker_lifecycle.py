@@ -69,6 +69,7 @@ class BrokerLifecycle:
         self.unfenced = asyncio.Event()
         self._heartbeats: asyncio.Task[None] | None = None
         self._beat_now = asyncio.Event()
+        self._last_answer = 0.0  # loop time of the last heartbeat the controller answered
 
     async def register(self) -> int:
         """Register (retrying while the controller says to wait); returns the broker epoch."""
@@ -148,15 +149,25 @@ class BrokerLifecycle:
         self._beat_now.set()
         await self.unfenced.wait()
 
-    async def controlled_shutdown(self, timeout_s: float) -> bool:
-        """Ask to shut down and wait until the controller agrees; False if it did not in time."""
+    async def controlled_shutdown(self, timeout_s: float, unreachable_s: float = 9.0) -> bool:
+        """Ask to shut down and wait until the controller agrees; False if it did not within
+        ``timeout_s``, or if no controller answered a heartbeat for ``unreachable_s`` (the broker
+        session timeout: a controller would have fenced this broker by then anyway)."""
         self.want_shut_down = True
         self._beat_now.set()
-        try:
-            await asyncio.wait_for(self.should_shut_down.wait(), timeout_s)
-        except TimeoutError:
-            log.warning("controlled shutdown of broker %d not acknowledged in %.0fs", self.node_id, timeout_s)
-            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not self.should_shut_down.is_set():
+            if loop.time() >= deadline:
+                log.warning(
+                    "controlled shutdown of broker %d not acknowledged in %.0fs", self.node_id, timeout_s
+                )
+                return False
+            if loop.time() - self._last_answer > unreachable_s:
+                log.warning("controlled shutdown of broker %d: no controller answers; stopping", self.node_id)
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.should_shut_down.wait(), 0.2)
         return True
 
     async def _run(self) -> None:
@@ -182,6 +193,7 @@ class BrokerLifecycle:
             want_shut_down=self.want_shut_down,
         )
         response = await self.channel.send(63, 1, request, timeout_s=self.heartbeat_interval_s * 2)
+        self._last_answer = asyncio.get_running_loop().time()
         code = ErrorCode(response.error_code)
         if code is ErrorCode.STALE_BROKER_EPOCH:
             log.warning("broker %d: its registration is gone (stale epoch); registering again", self.node_id)

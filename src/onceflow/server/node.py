@@ -317,7 +317,9 @@ class Node:
 
     async def stop(self) -> None:
         if self.lifecycle is not None and not self.server.single_node and self.lifecycle.broker_epoch >= 0:
-            await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            await self.lifecycle.controlled_shutdown(
+                CONTROLLED_SHUTDOWN_TIMEOUT_S, self.server.broker_session_timeout_ms / 1000.0
+            )
         await self._stop_parts()
 
     async def _stop_parts(self) -> None:
