@@ -195,6 +195,37 @@ def test_confluent_transactional_producer_over_three_brokers(cluster):
     assert got == {p: f"c-{p}".encode() for p in range(PARTITIONS)}
 
 
+def test_a_broker_only_node_follows_the_log_as_an_observer_and_leads_partitions(cluster):
+    observer = cluster.add_broker(4)
+    state = wait_for(
+        lambda: (s := quorum(cluster.bootstrap)) and 4 in [r.replica_id for r in s.observers] and s,
+        "node 4 among the observers",
+    )
+    assert 4 not in [r.replica_id for r in state.current_voters]
+    name = f"four-{uuid.uuid4().hex[:6]}"
+    create_topic(observer.bootstrap, name, partitions=8)  # forwarded to the active controller
+    leaders = {p.leader_id for p in metadata(cluster.bootstrap, [name]).topics[0].partitions}
+    assert leaders == {1, 2, 3, 4}
+    adapter("confluent", observer.bootstrap).produce(
+        name, sample_records(5, base_timestamp_ms=0), partition=0
+    )
+
+
+def test_a_second_broker_with_the_same_node_id_waits_and_says_why(cluster, tmp_path):
+    from tests.helpers.broker import free_port
+    from tests.helpers.cluster import NodeProcess
+
+    twin = NodeProcess(tmp_path / "twin", 4, free_port(), None, cluster.voters, roles="broker")
+    twin.start_nowait()
+    try:
+        wait_for(
+            lambda: "another broker with node.id 4 is registered and alive" in twin.log_text(), "the warning"
+        )
+        assert "onceflow broker listening on" not in twin.log_text()
+    finally:
+        twin.kill9()
+
+
 def test_killing_the_active_controller_elects_another_and_it_rejoins_as_follower(cluster):
     leader = quorum(cluster.bootstrap).leader_id
     victim = cluster.nodes[leader]
