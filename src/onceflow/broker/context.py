@@ -88,6 +88,10 @@ class RequestContext:
         return self.services.metadata
 
     @property
+    def txn_router(self) -> Any:
+        return self.services.txn_router
+
+    @property
     def controller(self) -> Any:
         return self.services.controller
 

@@ -26,6 +26,9 @@ from onceflow.server.quorum import MetadataQuorum, NotLeader, now_ms
 
 log = logging.getLogger(__name__)
 
+# The timers woke this much later than due: the process stalled rather than the brokers going quiet.
+STALL_MS = 2000
+
 
 class ControllerRunner:
     """Feeds one ``QuorumController`` from the quorum and runs its operations against it."""
@@ -148,6 +151,18 @@ class ControllerRunner:
 
     # ------------------------------------------------------------ timers
 
+    def _renew_sessions(self) -> None:
+        """The process stalled (the event loop was blocked, e.g. opening many logs): heartbeats may
+        be waiting behind the stall, so no broker is fenced for the silence it caused; every
+        registered broker's session starts again, as on a controller that just became active."""
+        sessions = self.controller.sessions
+        if sessions is None:
+            return
+        now = now_ms()
+        log.warning("controller %d stalled; broker sessions start again", self.controller.config.node_id)
+        for broker in self.controller.image.brokers.values():
+            sessions.register(broker.id, broker.fenced, now)
+
     async def _run_timers(self) -> None:
         while True:
             deadline = self.controller.next_deadline_ms()
@@ -157,6 +172,8 @@ class ControllerRunner:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             if not self.controller.active:
                 continue
+            if deadline is not None and now_ms() - deadline > STALL_MS:
+                self._renew_sessions()
             deadline = self.controller.next_deadline_ms()
             if deadline is None or deadline > now_ms():
                 continue

@@ -94,7 +94,7 @@ def _append_partition(
             partition,
             batches,
             ctx.api_version,
-            ctx.services.txn_router,
+            ctx.txn_router,
         )
         result = partition.append(batches)
     except KafkaError as exc:

@@ -123,7 +123,7 @@ async def add_partitions_for_produce(ctx: Any, request: Any) -> dict[tuple[str, 
                 producer = (header.producer_id, header.producer_epoch)
     if not wanted or producer is None:
         return {}
-    router = ctx.services.txn_router
+    router = getattr(ctx, "txn_router", None)
     if router is not None and not router.is_local(transactional_id):
         codes = await router.add_partitions(transactional_id, producer[0], producer[1], wanted)
         return {
