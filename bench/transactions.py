@@ -11,22 +11,23 @@ process of its own, warmed up before anything is timed, with a bounded queue so 
 sends at the rate the broker acknowledges and the idempotent phase measures delivery, not
 enqueueing (``_producer_pool.py``):
 
-- phases of S seconds (default 2; ``--quick`` 0.3) in which 1 and then 4 producers, each on its own
+- phases of S seconds (default 2; ``--quick`` 0.25) in which 1 and then 4 producers, each on its own
   partition of a fresh topic, send 1,000-byte records (acks=all, linger.ms=5, batch.size 1 MiB):
   idempotent; transactional committing every 10, 100 and 1,000 ms (a transaction commits once its
   interval has passed, so it lasts the interval plus its commit: "transaction_ms_as_run"); and
   transactional with 1,000 records per transaction, this benchmark's earlier shape, kept as a
   reference without a target (a transaction that short spends much of its time in the synchronous
   commit, whatever the broker);
-- the same phases against onceflow (disk, in a temp dir) and Tansu (memory), the whole order
-  reversed every round (ABBA), 8 rounds (``--quick``: 3);
+- each transactional phase paired with an idempotent phase run just before or after it
+  (alternately), so that a ratio compares neighbours on a machine whose load drifts; the same pairs
+  against onceflow (disk, in a temp dir) and Tansu (memory), the whole order reversed every round,
+  8 rounds (``--quick``: 2);
 - a confluent-kafka consumer reading the 1-producer, 100 ms topic back from onceflow with
   read_uncommitted and read_committed, ``consume_repeats`` times each per round.
 
 Reported (the last stdout line, one JSON object): records/s per phase (median over rounds); each
-transactional phase's ratio to the idempotent phase of the same broker and producer count, as the
-median of the rounds' own ratios (steadier when the machine's load drifts) and as the ratio of the
-medians; the broker's and the producers' CPU seconds per GB, and the ratio of their sum,
+transactional phase's ratio to its idempotent neighbour, the median over the rounds (and, less
+steady, the ratio of the medians); the broker's and the producers' CPU seconds per GB, and the ratio of their sum,
 transactional over idempotent (on a shared machine CPU per GB moves far less than throughput);
 the share of the machine left idle and the share other processes took (``others_cpu_fraction``:
 read every figure with it); commit_transaction() latency, the mean transaction length as run, the
@@ -60,7 +61,7 @@ from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 FULL = {"seconds": 2.0, "rounds": 8, "consume_repeats": 4}
-QUICK = {"seconds": 0.3, "rounds": 3, "consume_repeats": 1}
+QUICK = {"seconds": 0.25, "rounds": 2, "consume_repeats": 1}
 PRODUCER_COUNTS = (1, 4)
 COMMIT_INTERVALS_MS = (10, 100, 1_000)
 REFERENCE_RECORDS_PER_TXN = 1_000
@@ -154,6 +155,13 @@ class Samples:
         self.others: dict[str, list[float]] = {}
         self.commit_s: dict[str, list[float]] = {}
         self.txn_ms: dict[str, list[float]] = {}
+        # Per transactional phase key: (its records/s, CPU s/GB) beside those of the idempotent phase
+        # run right before or after it.
+        self.pairs: dict[str, list[tuple[tuple[float, float], tuple[float, float]]]] = {}
+
+    def last(self, key: str) -> tuple[float, float]:
+        """The records/s and the (broker + producers) CPU s/GB of ``key``'s latest phase."""
+        return self.rate[key][-1], self.broker_cpu[key][-1] + self.client_cpu[key][-1]
 
     def add(self, key: str, records: int, cost: PhaseCost, commits: list[float], producers: int) -> None:
         gigabytes = records * RECORD_BYTES / 1e9
@@ -238,51 +246,56 @@ def run_consumes(samples: Samples, broker, topic: str, records: int, round_no: i
     delete_topic(broker.bootstrap, topic)
 
 
+IDEMPOTENT = MODES[0]
+
+
 def run_round(brokers: dict, pools: dict, samples: Samples, round_no: int, args) -> None:
-    """Every (producer count, broker, mode) phase once; the whole order reverses every round."""
-    order = [(producers, name, mode) for producers in args.producers for name in brokers for mode in MODES]
+    """Each transactional mode of each (producer count, broker) once, paired with an idempotent phase
+    run just before or after it (alternately), so that every ratio compares two neighbouring phases;
+    the whole order reverses every round."""
+    order = [
+        (producers, name, mode) for producers in args.producers for name in brokers for mode in MODES[1:]
+    ]
     consumed = None
-    for producers, name, mode in order if round_no % 2 else reversed(order):
-        kept = run_phase(samples, name, brokers[name], pools[name], producers, mode, args.seconds)
-        consumed = consumed or kept
+    for i, (producers, name, mode) in enumerate(order if round_no % 2 else reversed(order)):
+        pair = (IDEMPOTENT, mode) if (round_no + i) % 2 else (mode, IDEMPOTENT)
+        for phase_mode in pair:
+            kept = run_phase(samples, name, brokers[name], pools[name], producers, phase_mode, args.seconds)
+            consumed = consumed or kept
+        key = phase_key(name, producers, mode[0])
+        partner = samples.last(phase_key(name, producers, IDEMPOTENT[0]))
+        samples.pairs.setdefault(key, []).append((samples.last(key), partner))
     if consumed is not None:  # onceflow ran with 1 producer
         run_consumes(samples, brokers["onceflow"], *consumed, round_no, args.consume_repeats)
 
 
 def _paired(samples: Samples, numerator: str, denominator: str) -> float:
-    """Median over rounds of the ratio within each round (robust to a machine whose load drifts)."""
+    """Median over rounds of the ratio within each round (the consume phases: adjacent pairs)."""
     pairs = zip(samples.rate[numerator], samples.rate[denominator], strict=False)
     return round(median([a / b for a, b in pairs]), 3)
 
 
-def _paired_cpu(samples: Samples, numerator: str, denominator: str) -> float:
-    """Median over rounds of the (broker + producers) CPU per GB of ``numerator`` over ``denominator``."""
-
-    def per_gb(key: str) -> list[float]:
-        return [b + c for b, c in zip(samples.broker_cpu[key], samples.client_cpu[key], strict=True)]
-
-    pairs = zip(per_gb(numerator), per_gb(denominator), strict=False)
-    return round(median([a / b for a, b in pairs]), 3)
+def _paired_with_idempotent(samples: Samples, key: str) -> tuple[float, float]:
+    """Medians over ``key``'s pairs of transactional/idempotent records/s, and of transactional/
+    idempotent CPU per GB (broker + producers)."""
+    pairs = samples.pairs[key]
+    rate = median([txn[0] / idem[0] for txn, idem in pairs])
+    cpu = median([txn[1] / idem[1] for txn, idem in pairs])
+    return round(rate, 3), round(cpu, 3)
 
 
 def summarize(samples: Samples, brokers: dict, args) -> dict:
     results = {key: round(median(rates)) for key, rates in samples.rate.items()}
-    ratios, paired = {}, {}
+    ratios, paired, cpu_ratios = {}, {}, {}
     for producers in args.producers:
         for name in brokers:
             idempotent = phase_key(name, producers, "idempotent")
             for mode_name, *_ in MODES[1:]:
                 key = phase_key(name, producers, mode_name)
-                if key in results and idempotent in results:
+                if key in samples.pairs:
                     ratio_name = f"{key}/idempotent"
                     ratios[ratio_name] = round(results[key] / results[idempotent], 3)
-                    paired[ratio_name] = _paired(samples, key, idempotent)
-    cpu_ratios = {}
-    for ratio_name in paired:
-        key, _, _ = ratio_name.partition("/")
-        idempotent = key.rsplit(".", 1)[0] + ".idempotent"
-        if idempotent in samples.rate:
-            cpu_ratios[ratio_name] = _paired_cpu(samples, key, idempotent)
+                    paired[ratio_name], cpu_ratios[ratio_name] = _paired_with_idempotent(samples, key)
     read = ("onceflow.consume_read_committed", "onceflow.consume_read_uncommitted")
     if all(k in results for k in read):
         ratios["onceflow.read_committed/read_uncommitted"] = round(results[read[0]] / results[read[1]], 3)
@@ -298,8 +311,8 @@ def summarize(samples: Samples, brokers: dict, args) -> dict:
         # The producers' own CPU per GB (confluent-kafka processes; for the consume phases, the consumer).
         "client_cpu_s_per_gb": {key: round(median(v), 2) for key, v in samples.client_cpu.items()},
         # What a GB costs the broker and its producers together, transactional over idempotent (the
-        # median of the rounds' own ratios): the overhead in CPU, which a shared machine disturbs far
-        # less than it disturbs throughput. Above 1: transactions cost more per GB.
+        # median over the pairs): the overhead in CPU, which a shared machine disturbs far less than
+        # it disturbs throughput. Above 1: transactions cost more per GB.
         "cpu_per_gb_ratios_paired_by_round": cpu_ratios,
         "machine_idle_fraction": {key: round(median(v), 3) for key, v in samples.idle.items()},
         # The share of the machine's CPU that other processes took during the phases (median over the
