@@ -1,10 +1,11 @@
-"""AdminClient: topics, configs, partitions, consumer groups, transactions and producers.
+"""AdminClient: topics, configs, partitions, consumer groups, transactions, producers and client quotas.
 
 :class:`AsyncAdminClient` is the asyncio core; :class:`AdminClient` runs it on a private event loop
 for scripts. Each call sends the request to the broker Kafka's AdminClient would: any broker for
 topics and configs, the group coordinator for groups, the transaction coordinator for
 DescribeTransactions, every broker for ListTransactions, and the partition leader for
 DescribeProducers and for aborting a hanging transaction (KIP-664: a WriteTxnMarkers abort).
+Client quotas (KIP-546) go to any broker.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
     CreatePartitionsRequest,
     DeleteGroupsRequest,
     DeleteRecordsRequest,
+    DescribeClientQuotasRequest,
     DescribeGroupsRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
@@ -47,6 +50,7 @@ _TOPIC_RESOURCE = 2
 _TXN_KEY_TYPE = 1
 _OP_SET, _OP_DELETE = 0, 1
 _OFFSET_FETCH_MAX_VERSION = 9  # v10 names topics by id
+_MATCH_EXACT, _MATCH_DEFAULT, _MATCH_SPECIFIED = 0, 1, 2  # DescribeClientQuotas filter match types
 
 
 def _check(code: int, what: str, message: str | None = None) -> None:
@@ -149,6 +153,14 @@ class ProducerState:
     last_timestamp: int
     coordinator_epoch: int
     current_transaction_start_offset: int
+
+
+@dataclass(frozen=True)
+class ClientQuotaEntry:
+    """One entity's quotas: ``entity`` maps "user" / "client-id" to a name, None for the default."""
+
+    entity: dict[str, str | None]
+    values: dict[str, float]
 
 
 class AsyncAdminClient:
@@ -646,6 +658,54 @@ class AsyncAdminClient:
                         p.error_code,
                         f"abort transaction of producer {producer_id} on {t.name}-{p.partition_index}",
                     )
+
+    async def describe_client_quotas(
+        self,
+        exact: Mapping[str, str | None] | None = None,
+        specified: Iterable[str] = (),
+        *,
+        strict: bool = False,
+    ) -> list[ClientQuotaEntry]:
+        """DescribeClientQuotas: the quotas of the entities whose ``exact`` types have these names
+        (None: the default entity) and that have the ``specified`` types at all; ``strict``: no other
+        types. No filter at all: every entity."""
+        r = DescribeClientQuotasRequest
+        components = [
+            r.ComponentData(entity_type=t, match_type=_MATCH_DEFAULT if n is None else _MATCH_EXACT, match=n)
+            for t, n in (exact or {}).items()
+        ]
+        components += [
+            r.ComponentData(entity_type=t, match_type=_MATCH_SPECIFIED, match=None) for t in specified
+        ]
+        response = await (await self._any()).send(r(components=components, strict=strict))
+        _check(response.error_code, "describe client quotas", response.error_message)
+        return [
+            ClientQuotaEntry(
+                {e.entity_type: e.entity_name for e in entry.entity}, {v.key: v.value for v in entry.values}
+            )
+            for entry in response.entries or []
+        ]
+
+    async def alter_client_quotas(
+        self,
+        entity: Mapping[str, str | None],
+        set_: Mapping[str, float] | None = None,
+        delete: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """AlterClientQuotas: set and remove quotas (``producer_byte_rate``, ``consumer_byte_rate``,
+        ``request_percentage``) of one entity, e.g. ``{"client-id": "app"}`` or ``{"user": None}``
+        (None: the default)."""
+        r = AlterClientQuotasRequest
+        ops = [r.EntryData.OpData(key=k, value=float(v), remove=False) for k, v in (set_ or {}).items()]
+        ops += [r.EntryData.OpData(key=k, value=0.0, remove=True) for k in delete]
+        entry = r.EntryData(
+            entity=[r.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()], ops=ops
+        )
+        response = await (await self._any()).send(r(entries=[entry], validate_only=validate_only))
+        for result in response.entries:
+            _check(result.error_code, "alter client quotas", result.error_message)
 
 
 class AdminClient:
