@@ -31,6 +31,8 @@ NOTES = {
     "DescribeAcls": "answered SECURITY_DISABLED (no authorizer)",
     "ConsumerGroupHeartbeat": "KIP-848 groups (`group.protocol=consumer`)",
     "ConsumerGroupDescribe": "KIP-848 groups",
+    "DescribeClientQuotas": "KIP-546 (`onceflow quotas describe`)",
+    "AlterClientQuotas": "KIP-546 (`onceflow quotas set`)",
     "DescribeProducers": "KIP-664",
     "DescribeTransactions": "KIP-664",
     "ListTransactions": "KIP-664",
