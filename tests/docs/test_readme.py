@@ -109,6 +109,7 @@ def wait_for_topics(bootstrap: str, service: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(420)  # the second run waits out the killed member's session (45 s)
 def test_read_process_write_doubles_every_order_once_across_a_kill_and_a_second_run(broker, tmp_path):
     script = example_script("read-process-write", broker.bootstrap, tmp_path)
     log = tmp_path / "service.log"

@@ -53,6 +53,7 @@ def test_properties_the_user_set_reach_sparks_variables_and_win_over_them():
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(360)  # a driver's start-up, up to 300 s on a busy machine
 def test_pipeline_run_by_absolute_path_with_a_foreign_python3_on_path(tmp_path):
     pytest.importorskip("pyspark")
     # The workers import the app (tests.spark.apps) from the repository, as a user's from PYTHONPATH.
