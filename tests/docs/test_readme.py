@@ -163,9 +163,11 @@ def test_the_readme_test_command_is_the_one_ci_runs():
     text = README.read_text()
     command = re.search(r"## Run the tests\s*```bash\n(.*?)\n```", text, re.S).group(1)
     steps = [step.strip() for step in command.split("&&")]
-    assert steps[:2] == ["apt-get update", "apt-get install -y kcat"]
+    assert steps[0] == "apt-get update"
+    assert steps[1].startswith("apt-get install -y ")
     ci = (REPO_ROOT / ".ci" / "run").read_text()
-    assert "apt-get install -y -qq kcat" in ci
+    ci_packages = re.search(r"apt-get install -y -qq ([\w. -]+?);", ci).group(1).split()
+    assert sorted(steps[1].split()[3:]) == sorted(ci_packages)
     ci_commands = [
         line.strip() for line in ci.splitlines() if line.strip() and not line.strip().startswith("#")
     ]

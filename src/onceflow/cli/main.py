@@ -26,6 +26,7 @@ COMMANDS = {
     "txn": "onceflow.cli.txn:txn",
     "producers": "onceflow.cli.producers:producers",
     "quotas": "onceflow.cli.quotas:quotas",
+    "console": "onceflow.cli.console:console",
 }
 
 

@@ -21,7 +21,9 @@ from kafka.protocol.admin import (
     DeleteGroupsRequest,
     DeleteRecordsRequest,
     DescribeClientQuotasRequest,
+    DescribeClusterRequest,
     DescribeGroupsRequest,
+    DescribeLogDirsRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
     IncrementalAlterConfigsRequest,
@@ -78,6 +80,25 @@ def _offset_fetch(
         ],
         require_stable=require_stable,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerDescription:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    fenced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    """DescribeCluster's answer, or Metadata's where a broker lacks that API (``from_metadata``)."""
+
+    cluster_id: str | None
+    controller_id: int  # -1: none known
+    brokers: list[BrokerDescription]
+    from_metadata: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,18 +355,70 @@ class AsyncAdminClient:
         for result in response.results:
             _check(result.error_code, f"create partitions of {topic!r}", result.error_message)
 
-    async def list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    async def list_offsets(
+        self, specs: Mapping[TopicPartition, int], *, isolation_level: int = 0
+    ) -> dict[TopicPartition, int]:
         """ListOffsets to each partition's leader: per partition, the offset of the first record at
         or after a timestamp, or for ``EARLIEST_TIMESTAMP`` (-2) the log start and for
-        ``LATEST_TIMESTAMP`` (-1) the log end (both in :mod:`onceflow.client.async_client`)."""
+        ``LATEST_TIMESTAMP`` (-1) the log end (both in :mod:`onceflow.client.async_client`); with
+        ``isolation_level=1`` (read_committed) the latest is the last stable offset."""
         by_request: dict[tuple[str, int], list[int]] = {}
         for tp, timestamp in specs.items():
             by_request.setdefault((tp.topic, timestamp), []).append(tp.partition)
         offsets = {}
         for (topic, timestamp), partitions in by_request.items():
-            found = await self._client.list_offsets(topic, partitions, timestamp=timestamp)
+            found = await self._client.list_offsets(
+                topic, partitions, timestamp=timestamp, isolation_level=isolation_level
+            )
             offsets.update({TopicPartition(topic, p): offset for p, offset in found.items()})
         return offsets
+
+    async def describe_log_dirs(self) -> dict[int, dict[TopicPartition, int]]:
+        """DescribeLogDirs to every broker: per broker id, the bytes on disk of each partition it
+        holds (summed over its log directories). A broker without the API is left out."""
+        metadata = await self._client.metadata([])
+        sizes: dict[int, dict[TopicPartition, int]] = {}
+        for node_id, (host, port) in sorted(metadata.brokers.items()):
+            conn = await self._conn_to(host, port)
+            try:
+                version = conn.version_for(DescribeLogDirsRequest)
+            except UnsupportedVersion:
+                continue
+            response = await conn.send(DescribeLogDirsRequest(topics=None), version=version)
+            _check(getattr(response, "error_code", 0) or 0, f"describe log dirs of broker {node_id}")
+            found = sizes[node_id] = {}
+            for result in response.results:
+                _check(result.error_code, f"describe log dir {result.log_dir} of broker {node_id}")
+                for t in result.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        found[tp] = found.get(tp, 0) + p.partition_size
+        return sizes
+
+    # -- cluster ---------------------------------------------------------------------------------
+
+    async def describe_cluster(self) -> ClusterDescription:
+        """The cluster id, the controller and the brokers: DescribeCluster (KIP-700), or Metadata
+        from a broker that lacks it."""
+        conn = await self._any()
+        try:
+            version = conn.version_for(DescribeClusterRequest)
+        except UnsupportedVersion:
+            version = None
+        if version is not None:
+            response = await conn.send(
+                DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=1),
+                version=version,
+            )
+            _check(response.error_code, "describe cluster", response.error_message)
+            brokers = [
+                BrokerDescription(b.broker_id, b.host, b.port, b.rack, bool(getattr(b, "is_fenced", False)))
+                for b in response.brokers
+            ]
+            return ClusterDescription(response.cluster_id, response.controller_id, brokers)
+        metadata = await self._client.metadata([])
+        brokers = [BrokerDescription(n, h, p) for n, (h, p) in sorted(metadata.brokers.items())]
+        return ClusterDescription(metadata.cluster_id, metadata.controller_id, brokers, from_metadata=True)
 
     # -- groups ----------------------------------------------------------------------------------
 
