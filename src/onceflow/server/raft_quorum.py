@@ -112,7 +112,9 @@ class RaftQuorum:
 
     @property
     def log_end_offset(self) -> int:
-        return self.storage.log_end_offset
+        """Where this node's next append lands (what an activating controller writes from)."""
+        node = self.raft.node
+        return self.storage.log_end_offset if node is None else node.next_append_offset
 
     def leader_address(self) -> tuple[str, int] | None:
         leader, _epoch = self.leader
