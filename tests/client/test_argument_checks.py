@@ -10,7 +10,7 @@ import asyncio
 import pytest
 from tests.conftest import topic_name
 
-from onceflow.client import AdminClient, AsyncClient, Consumer, Producer, ProducerConfig
+from onceflow.client import AdminClient, AsyncClient, Consumer, Producer, ProducerConfig, SimpleClient
 from onceflow.client.consumer import ConsumerConfig
 from onceflow.client.consumer.structs import TopicPartition
 from onceflow.protocol.errors import InvalidConfig, KafkaError
@@ -60,6 +60,8 @@ def test_calls_with_wrong_types_against_a_broker(broker):
         with pytest.raises(TypeError, match="topic must be a str, not int 5"):
             producer.send(5, b"v")
         assert producer.send(topic, b"v", partition=1).result(30).partition == 1  # the producer goes on
+    with SimpleClient(broker.bootstrap) as client, pytest.raises(TypeError, match="partition must be an int"):
+        client.produce(topic, [(None, b"v")], partition="1")
     with Consumer(bootstrap_servers=broker.bootstrap) as consumer:
         with pytest.raises(TypeError, match="partition must be an int, not str '0'"):
             consumer.assign([(topic, "0")])
