@@ -161,11 +161,19 @@ def test_subscribe_reads_every_topic_listed(spark, server):
 
 
 def test_subscribe_pattern_reads_the_topics_it_matches(spark, server):
+    """As Spark 4's Kafka source: the pattern is found anywhere in a topic's name."""
     prefix = f"pat{uuid.uuid4().hex[:6]}"
     matched = [make_topic(server.bootstrap, f"{prefix}-in", records=1) for _ in range(2)]
-    make_topic(server.bootstrap, f"{prefix}x-out", records=1)
-    rows = read(spark, server.bootstrap, subscribePattern=f"{prefix}-in-.*").collect()
+    matched.append(make_topic(server.bootstrap, f"z{prefix}-in", records=1))
+    make_topic(server.bootstrap, f"{prefix}-out", records=1)
+    rows = read(spark, server.bootstrap, subscribePattern=f"{prefix}-in-").collect()
     assert sorted(r.topic for r in rows) == sorted(matched)
+
+
+def test_a_subscribed_topic_that_does_not_exist_fails_the_read(spark, broker):
+    missing = topic_name("missing")
+    with pytest.raises(Exception, match=f"subscribed topic '{missing}' does not exist"):
+        read(spark, broker.bootstrap, subscribe=missing).collect()
 
 
 def test_starting_and_ending_offsets_earliest_latest_and_json(spark, server):

@@ -102,6 +102,7 @@ def test_source_options_defaults_and_names():
     ).fail_on_data_loss
     batch = parse_source_options({**BOOT, "subscribePattern": "in-.*"}, streaming=False)
     assert batch.starting_offsets == "earliest" and batch.matches("in-1") and not batch.matches("out")
+    assert batch.matches("xin-1")  # found anywhere in the name, as Spark 4 finds it
     assigned = parse_source_options(
         {
             **BOOT,

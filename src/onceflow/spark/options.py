@@ -140,9 +140,11 @@ class SourceOptions:
     extra: dict[str, str] = field(default_factory=dict)
 
     def matches(self, topic: str) -> bool:
-        """Whether ``topic`` belongs to the subscription (assign is handled by the caller)."""
+        """Whether ``topic`` belongs to the subscription (assign is handled by the caller). A pattern
+        matches anywhere in the name, as Spark 4's Kafka source finds it (a search, not a whole-name
+        match)."""
         if self.subscribe_pattern is not None:
-            return re.fullmatch(self.subscribe_pattern, topic) is not None
+            return re.search(self.subscribe_pattern, topic) is not None
         return topic in self.subscribe
 
     @property
