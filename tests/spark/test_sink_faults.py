@@ -155,6 +155,7 @@ def wait_child(proc: subprocess.Popen, timeout: float = 240) -> int:
             proc.wait()
 
 
+@pytest.mark.timeout(900)  # two driver starts and two resumes: near the default 300 s on a busy machine
 def test_driver_killed_between_kafka_commit_and_spark_commit_log(
     spark, broker, input_topic, reference, tmp_path
 ):
