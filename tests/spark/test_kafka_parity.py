@@ -367,21 +367,17 @@ def write(df, bootstrap: str, **options) -> None:
     writer.save()
 
 
-def guarantee_for(server) -> str:
-    return "exactly-once"
-
-
 def test_the_topic_option_overrides_a_topic_column(spark, server):
     chosen, ignored = topic_name("chosen"), topic_name("ignored")
     df = spark.createDataFrame([(ignored, "a"), (ignored, "b")], "topic STRING, value STRING")
-    write(df, server.bootstrap, topic=chosen, guarantee=guarantee_for(server))
+    write(df, server.bootstrap, topic=chosen, guarantee="exactly-once")
     assert sorted(r.value for r in consumed(server.bootstrap, chosen)) == [b"a", b"b"]
 
 
 def test_rows_name_their_topics_without_the_topic_option(spark, server):
     one, two = make_topic(server.bootstrap, "rows-1"), make_topic(server.bootstrap, "rows-2")
     df = spark.createDataFrame([(one, "a"), (two, "b"), (one, "c")], "topic STRING, value STRING")
-    write(df.repartition(1), server.bootstrap, guarantee=guarantee_for(server))
+    write(df.repartition(1), server.bootstrap, guarantee="exactly-once")
     assert sorted(r.value for r in consumed(server.bootstrap, one)) == [b"a", b"c"]
     assert [r.value for r in consumed(server.bootstrap, two)] == [b"b"]
 
@@ -389,10 +385,11 @@ def test_rows_name_their_topics_without_the_topic_option(spark, server):
 def test_key_partition_and_headers_columns(spark, server):
     topic = make_topic(server.bootstrap, "columns", partitions=3)
     df = spark.createDataFrame(
-        [("k", "placed", 2, [("h", b"1")]), (None, "no key", None, None)],
-        "key STRING, value STRING, partition INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>",
+        [("k", "placed", 2, [("h", b"1")], "x"), (None, "no key", None, None, "y")],
+        "key STRING, value STRING, partition INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, note STRING",
     )
-    write(df, server.bootstrap, topic=topic, guarantee=guarantee_for(server))
+    # includeHeaders is accepted (a headers column is written when there is one); other columns are ignored.
+    write(df, server.bootstrap, topic=topic, guarantee="exactly-once", includeHeaders="true")
     by_value = {r.value: r for r in consumed(server.bootstrap, topic)}
     placed = by_value[b"placed"]
     assert (placed.key, placed.partition, placed.headers) == (b"k", 2, [("h", b"1")])
@@ -402,7 +399,7 @@ def test_key_partition_and_headers_columns(spark, server):
 def test_batch_writes_append_and_refuse_overwrite(spark, server):
     topic = make_topic(server.bootstrap, "batch-write", partitions=2)
     df = spark.createDataFrame([(f"r{i}",) for i in range(10)], "value STRING").repartition(2)
-    write(df, server.bootstrap, topic=topic, guarantee=guarantee_for(server))
+    write(df, server.bootstrap, topic=topic, guarantee="exactly-once")
     write(df, server.bootstrap, topic=topic, guarantee="at-least-once")  # a second save appends
     assert sorted(r.value for r in consumed(server.bootstrap, topic)) == sorted(
         2 * [f"r{i}".encode() for i in range(10)]
