@@ -34,6 +34,7 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest,
     DescribeLogDirsRequest,
     DescribeProducersRequest,
+    DescribeQuorumRequest,
     DescribeTransactionsRequest,
     DescribeUserScramCredentialsRequest,
     ElectLeadersRequest,
@@ -539,6 +540,18 @@ def requests() -> dict[str, tuple]:
                     AlterUserScramCredentialsRequest.ScramCredentialDeletion(name="admin", mechanism=2)
                 ],
                 upsertions=[],
+            ),
+            0,
+            E.CLUSTER_AUTHORIZATION_FAILED,
+        ),
+        "DescribeQuorum": (
+            DescribeQuorumRequest(
+                topics=[
+                    DescribeQuorumRequest.TopicData(
+                        topic_name="__cluster_metadata",
+                        partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)],
+                    )
+                ]
             ),
             0,
             E.CLUSTER_AUTHORIZATION_FAILED,

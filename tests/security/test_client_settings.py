@@ -11,7 +11,8 @@ from onceflow.client.consumer.config import ConsumerConfig
 from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.security import ClientSecurity
 from onceflow.protocol.errors import InvalidConfig
-from onceflow.spark.options import parse_sink_options, parse_source_options, producer_settings
+from onceflow.spark.options import parse_source_options
+from onceflow.spark.sink_options import parse_sink_options, producer_settings
 
 SCRAM = {
     "security.protocol": "SASL_SSL",
@@ -88,3 +89,19 @@ def test_spark_options_carry_the_settings_with_the_kafka_prefix():
         {"bootstrap.servers": "h:1", **producer_settings(sink.extra, {"bootstrap.servers"})}
     )
     assert config.security.protocol == "SASL_SSL"
+    # Spark users write Java's forms: a JAAS line and a (PEM) truststore; the sink's producer gets
+    # them under librdkafka's names.
+    java = {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="u" password="p";',
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": "/ca.pem",
+    }
+    sink = parse_sink_options({"kafka.bootstrap.servers": "h:1", "topic": "t", **java})
+    assert sink.extra["sasl.username"] == "u" and sink.extra["ssl.ca.location"] == "/ca.pem"
+    source = parse_source_options(
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "t", **java}, streaming=True
+    )
+    assert (source.security.sasl_username, source.security.sasl_password) == ("u", "p")

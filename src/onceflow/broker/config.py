@@ -112,10 +112,9 @@ class BrokerConfig:
     transaction_version: int = 2
     # Fault points by name -> probability 0..1, plus parameters such as "delay-response.ms".
     faults: dict[str, float] = field(default_factory=dict)
-    # Listeners, TLS, SASL and the authorizer, as Kafka's settings by their own names (listeners,
-    # listener.security.protocol.map, ssl.*, sasl.*, listener.name.<l>.*, authorizer.class.name,
-    # super.users, ...): broker/security/config.py reads and checks them. Empty: one PLAINTEXT
-    # listener on host:port and no authorizer, as before.
+    # TLS, SASL and the authorizer, as Kafka's settings by their own names (ssl.*, sasl.*,
+    # listener.name.<l>.*, authorizer.class.name, super.users, ...): broker/security/config.py reads
+    # and checks them against the node's listeners. Empty: no TLS, no SASL, no authorizer.
     security: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -163,19 +162,11 @@ class BrokerConfig:
                 "min.incremental.fetch.session.eviction.ms must be >= 0, "
                 f"not {self.min_incremental_fetch_session_eviction_ms}"
             )
-        if self.security:
-            self.security_config()  # raises ValueError naming the setting
         if not MIN_TRANSACTION_VERSION <= self.transaction_version <= MAX_TRANSACTION_VERSION:
             raise ValueError(
                 f"transaction.version must be {MIN_TRANSACTION_VERSION}..{MAX_TRANSACTION_VERSION}, "
                 f"not {self.transaction_version}"
             )
-
-    def security_config(self):
-        """The listeners and security settings (``broker.security.config.SecurityConfig``)."""
-        from onceflow.broker.security.config import security_config
-
-        return security_config(self.security, self.host, self.port)
 
     def topic_config_defaults(self) -> dict[str, str]:
         """Every topic config's value for a topic that does not set it: this broker's settings, and

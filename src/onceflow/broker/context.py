@@ -6,7 +6,7 @@ issues add (producer ids, group and transaction coordinators) are ``None`` until
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from onceflow.broker.security.session import LOCAL, Session
@@ -36,15 +36,18 @@ class BrokerServices:
     groups: Any = None
     transactions: Any = None
     quotas: ClientQuotas | None = None  # client quotas (broker/quotas)
-    # broker/security: the ACL authorizer (None: none configured, everything is allowed, as in Kafka),
-    # the SCRAM credentials, and each listener's advertised (host, port).
+    # The cluster: the replayed metadata image (broker.cluster_metadata.ClusterMetadata) and the
+    # channel to the active controller that admin requests are forwarded on.
+    metadata: Any = None
+    controller: Any = None
+    # Which broker coordinates a transactional id, and asking it (server.txn_router); None: this one.
+    txn_router: Any = None
+    # A cluster broker: client quotas are the metadata image's, changed through the controller.
+    quotas_from_metadata: bool = False
+    # broker/security: the ACL authorizer (None: none configured, everything is allowed, as in Kafka)
+    # and the SCRAM credentials (None: a cluster broker, where they are not kept yet).
     authorizer: StandardAuthorizer | None = None
     scram: ScramCredentials | None = None
-    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
-
-    def endpoint(self, listener: str) -> tuple[str, int]:
-        """Where clients of ``listener`` reach this broker (Metadata answers on the asker's listener)."""
-        return self.endpoints.get(listener) or (self.advertised_host, self.advertised_port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,11 @@ class RequestContext:
     services: BrokerServices
     # The connection's listener, client address and principal (broker/security/session).
     session: Session = LOCAL
+
+    @property
+    def listener(self) -> str:
+        """The listener the request came in on (answers name every broker's endpoint on it)."""
+        return self.session.listener
 
     @property
     def config(self) -> BrokerConfig:
@@ -90,9 +98,16 @@ class RequestContext:
         return self.services.quotas
 
     @property
-    def endpoint(self) -> tuple[str, int]:
-        """This broker's (host, port) on the request's listener."""
-        return self.services.endpoint(self.session.listener)
+    def metadata(self) -> Any:
+        return self.services.metadata
+
+    @property
+    def txn_router(self) -> Any:
+        return self.services.txn_router
+
+    @property
+    def controller(self) -> Any:
+        return self.services.controller
 
 
 class CloseConnection(Exception):  # noqa: N818 - an instruction, not an error condition

@@ -10,10 +10,13 @@ Handlers start in request order, and handlers that change state (Produce) do so 
 A handler returning ``None`` sends no response (acks=0 produce, dropped-response fault): later
 responses still go out in order.
 
-Listeners (``broker/security``): each listener of ``listeners`` is a server of its own, with TLS where
-its protocol says so; every connection has a ``Session`` (listener, client address, principal) that
-its requests' contexts carry, so that handlers authorize the principal and answer with the
-endpoints of the listener the client used.
+A broker is one role of a node (``onceflow.server.node``): the node locks the data dir, replays the
+metadata into the broker's ``ClusterMetadata`` and registers it with the controller, then calls
+:meth:`Broker.bind`, :meth:`Broker.start_services` and :meth:`Broker.serve` in that order. Each
+listener (``listeners``: name, host, port, with its security protocol) is a server of its own, with
+TLS where its protocol says so (``broker/security``); every connection has a ``Session`` (listener,
+client address, principal) that its requests' contexts carry, so that handlers authorize the
+principal and answers name every broker's endpoint on the listener the request came in on.
 """
 
 from __future__ import annotations
@@ -22,9 +25,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,6 @@ from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import RequestReceived, SupportedApi
 from onceflow.broker.connection_limits import ConnectionLimits, parse_per_ip_overrides
 from onceflow.broker.context import BrokerServices, RequestContext
-from onceflow.broker.data_dir_lock import DataDirLock, lock_data_dir
 from onceflow.broker.faults import Faults
 from onceflow.broker.fetch_session import FetchSessionCache
 from onceflow.broker.group.service import start_group_coordinator
@@ -41,16 +42,14 @@ from onceflow.broker.handlers import HANDLERS
 from onceflow.broker.idle_connections import close_idle_connections
 from onceflow.broker.limit_events import LimitEvents
 from onceflow.broker.log_cleaner import LogCleaner
-from onceflow.broker.malloc_tuning import keep_freed_memory_for_reuse
 from onceflow.broker.memory_pool import MemoryPool
-from onceflow.broker.open_files import raise_open_file_limit
 from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.quotas.manager import ClientQuotas
 from onceflow.broker.quotas.store import FileQuotaStore
 from onceflow.broker.quotas.throttling import answer_within_quotas
 from onceflow.broker.security.acl_store import FileAclStore
 from onceflow.broker.security.authorizer import StandardAuthorizer
-from onceflow.broker.security.config import ListenerSecurity
+from onceflow.broker.security.config import ListenerSecurity, security_config
 from onceflow.broker.security.credentials import FileScramStore, ScramCredentials
 from onceflow.broker.security.principal import ANONYMOUS, user
 from onceflow.broker.security.principal import distinguished_name as _distinguished_name
@@ -68,7 +67,8 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class Broker:
-    """One onceflow broker. ``await start()``, then ``port`` is the bound port; ``await stop()``."""
+    """The broker role of a node. ``bind``, ``start_services``, ``serve`` (``port`` is then the first
+    listener's bound port); ``await stop()``."""
 
     def __init__(
         self,
@@ -76,8 +76,29 @@ class Broker:
         *,
         log_opener: Callable[[Path, Mapping[str, str]], Any] | None = None,
         config_validator: Callable[[Mapping[str, str]], None] | None = None,
+        listeners: Sequence[tuple[str, str, int]] | None = None,
+        metadata: Any = None,
+        controller: Any = None,
+        producer_ids: Any = None,
+        protocols: Mapping[str, str] | None = None,
     ) -> None:
+        """``protocols``: each listener's security protocol (listener.security.protocol.map); a
+        listener it leaves out is PLAINTEXT."""
         self.config = config
+        # (listener name, host, port); the first is the one logs and `port` speak of.
+        self.listeners = list(listeners or [("PLAINTEXT", config.host, config.port)])
+        self.metadata = metadata  # the ClusterMetadata the node replays into
+        self.controller = controller  # the channel to the active controller
+        self._producer_ids = producer_ids
+        # A cluster node's transaction markers also go to other brokers (set by the node).
+        self.wrap_markers: Any = None
+        self.txn_router: Any = None  # the node's server.txn_router on a cluster
+        # A cluster broker's client quotas come from the metadata image (set by the node).
+        self.quota_store: Any = None
+        # SCRAM credentials in <data-dir>/scram-credentials.json: a single node's. A cluster broker
+        # has none (they are not in the cluster metadata yet; the node refuses SCRAM and the
+        # authorizer there), so no broker of a cluster keeps a set the others lack.
+        self.keeps_credentials = True
         self.faults = Faults(config.faults)
         self.topics = TopicManager(
             config.data_dir,
@@ -95,7 +116,9 @@ class Broker:
             h.API_KEY: SupportedApi(h.API_KEY, h.MIN_VERSION, h.MAX_VERSION, h.REQUEST) for h in HANDLERS
         }
         self.services: BrokerServices | None = None
-        self.security = config.security_config()
+        # TLS, SASL and the authorizer of each listener (broker/security/config); ValueError naming
+        # the setting that is wrong.
+        self.security = security_config(config.security, self.listeners, protocols or {})
         self._servers: dict[str, asyncio.Server] = {}
         self.bound: dict[str, tuple[str, int]] = {}  # listener name -> (host, bound port)
         self._connections: set[ClientProtocol] = set()
@@ -106,7 +129,6 @@ class Broker:
         self._log_cleaner: LogCleaner | None = None
         self._log_cleaner_task: asyncio.Task[None] | None = None
         self.port = config.port
-        self._data_dir_lock: DataDirLock | None = None
         # Every limit that bites is counted here (and logged at most once per kind per interval).
         self.limit_events = LimitEvents()
         self.memory_pool: MemoryPool | None = None  # queued.max.request.bytes; made on the loop
@@ -120,24 +142,11 @@ class Broker:
         )
         self._admitted: dict[ClientProtocol, str] = {}  # connection -> its address, to release
 
-    async def start(self) -> None:
-        self._data_dir_lock = lock_data_dir(Path(self.config.data_dir))  # raises DataDirInUse
-        try:
-            await self._start()
-        except BaseException:
-            self._data_dir_lock.release()
-            raise
-
-    async def _start(self) -> None:
-        self.topics.load()
-        capacity = self.config.queued_max_request_bytes
-        self.memory_pool = MemoryPool(
-            capacity if capacity > 0 else -1, schedule=asyncio.get_running_loop().call_soon
-        )
-        # Bind now (the ports are part of the services) but accept only once the coordinators have
-        # loaded: a request served earlier would meet no services, or no transaction coordinator and
-        # so skip the KIP-890 produce check and TxnOffsetCommit's transaction check.
+    async def bind(self) -> None:
+        """Bind every listener, accepting nothing yet: the bound ports are what the broker registers."""
         loop = asyncio.get_running_loop()
+        capacity = self.config.queued_max_request_bytes
+        self.memory_pool = MemoryPool(capacity if capacity > 0 else -1, schedule=loop.call_soon)
         for listener in self.security.listeners:
             server = await loop.create_server(
                 functools.partial(self._new_connection, listener),
@@ -150,41 +159,44 @@ class Broker:
             )
             self._servers[listener.name] = server
             self.bound[listener.name] = (listener.host, server.sockets[0].getsockname()[1])
-        first = self.security.listeners[0]
-        self.port = self.bound[first.name][1]
-        endpoints = {
-            lst.name: (
-                lst.advertised_host or lst.host or "127.0.0.1",
-                lst.advertised_port or self.bound[lst.name][1],
-            )
-            for lst in self.security.listeners
-        }
+        self.port = self.bound[self.listeners[0][0]][1]
+
+    async def start_services(self, advertised: Mapping[str, tuple[str, int]] | None = None) -> None:
+        """The broker's services on the logs the metadata opened: coordinators replay their topics.
+        Accepting only starts with :meth:`serve`: a request served earlier would meet no services, or
+        no transaction coordinator and so skip the KIP-890 produce check and TxnOffsetCommit's
+        transaction check."""
+        first = self.listeners[0][0]
+        host, port = (advertised or self.bound)[first]
         authorizer_settings = self.security.authorizer
         self.services = BrokerServices(
             config=self.config,
             topics=self.topics,
             faults=self.faults,
             cluster_id=self.topics.cluster_id,
-            advertised_host=endpoints[first.name][0],
-            advertised_port=endpoints[first.name][1],
-            endpoints=endpoints,
+            advertised_host=host,
+            advertised_port=port,
             authorizer=StandardAuthorizer(authorizer_settings, FileAclStore(self.config.data_dir))
             if authorizer_settings is not None
             else None,
-            scram=ScramCredentials(FileScramStore(self.config.data_dir)),
+            scram=ScramCredentials(FileScramStore(self.config.data_dir)) if self.keeps_credentials else None,
             fetch_sessions=FetchSessionCache(
                 self.config.max_incremental_fetch_session_cache_slots,
                 self.config.min_incremental_fetch_session_eviction_ms,
             ),
             groups=start_group_coordinator(self.config, self.topics),
-            # The one producer-id allocator of this data dir (InitProducerId; the transaction
+            # The one producer-id allocator of this broker (InitProducerId; the transaction
             # coordinator must use this same instance, or ids could repeat).
-            producer_ids=ProducerIdManager(self.config.data_dir),
+            producer_ids=self._producer_ids or ProducerIdManager(self.config.data_dir),
             quotas=ClientQuotas(
-                FileQuotaStore(self.config.data_dir),
+                self.quota_store or FileQuotaStore(self.config.data_dir),
                 window_num=self.config.quota_window_num,
                 window_size_ms=self.config.quota_window_size_seconds * 1000,
             ),
+            metadata=self.metadata,
+            controller=self.controller,
+            txn_router=self.txn_router,
+            quotas_from_metadata=self.quota_store is not None,
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._flusher = asyncio.create_task(self._run_flush_policy(), name="flush-policy")
@@ -200,27 +212,33 @@ class Broker:
                 name="idle-connections",
             )
         transactions = TransactionService(
-            self.config, self.topics, self.services.groups, self.faults, self.services.producer_ids
+            self.config,
+            self.topics,
+            self.services.groups,
+            self.faults,
+            self.services.producer_ids,
+            wrap_markers=self.wrap_markers,
         )
         await transactions.start()  # replays __transaction_state, finishes Prepare* transactions
         self.services.transactions = transactions
-        for listener in self.security.listeners:
-            if listener in self.security.open_listeners():
-                log.warning(
-                    "listener %s on %s:%d has no authentication and no authorizer stops anonymous clients: "
-                    "anyone who can reach the port can read and write everything (set "
-                    "listener.security.protocol.map to SASL_SSL or SSL with ssl.client.auth=required, and "
-                    "authorizer.class.name; see docs/security.md)",
-                    listener.name,
-                    listener.host or "0.0.0.0",
-                    self.bound[listener.name][1],
-                )
+
+    async def serve(self) -> None:
+        for listener in self.security.open_listeners():
+            log.warning(
+                "listener %s on %s:%d has no authentication and no authorizer stops anonymous clients: "
+                "anyone who can reach the port can read and write everything (set "
+                "listener.security.protocol.map to SASL_SSL or SSL with ssl.client.auth=required, and "
+                "authorizer.class.name; see docs/security.md)",
+                listener.name,
+                listener.host or "0.0.0.0",
+                self.bound[listener.name][1],
+            )
         for server in self._servers.values():
             await server.start_serving()
         for listener in self.security.listeners:
             host, port = self.bound[listener.name]
-            if listener.name == "PLAINTEXT" and listener.protocol == "PLAINTEXT" and len(self.bound) == 1:
-                log.info("onceflow broker listening on %s:%d", host, port)
+            if listener.protocol == listener.name:  # PLAINTEXT, SSL ... named after their protocol
+                log.info("onceflow broker listening on %s:%d (%s)", host or "0.0.0.0", port, listener.name)
             else:
                 log.info(
                     "onceflow broker listening on %s:%d (%s, %s)",
@@ -263,8 +281,6 @@ class Broker:
             self.services.groups.shutdown()
         self.topics.flush()
         self.topics.close()
-        if self._data_dir_lock is not None:
-            self._data_dir_lock.release()
         log.info("onceflow broker on port %d stopped", self.port)
 
     async def _run_retention(self) -> None:
@@ -372,37 +388,3 @@ def _certificate_principal(listener: ListenerSecurity, peercert: dict | None):
     if not peercert:
         return ANONYMOUS
     return user(listener.principal_mapper.name_for(_distinguished_name(peercert)))
-
-
-async def _serve_until_signalled(config: BrokerConfig) -> None:
-    # Signal handlers first: a SIGTERM right after the "listening" line must still stop us cleanly.
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        broker = Broker(config)
-        await broker.start()
-        try:
-            await stop.wait()
-            log.info("signal received, shutting down")
-        finally:
-            await broker.stop()
-    finally:
-        # Put the process's own handlers back (uvloop leaves its own installed otherwise), so a
-        # caller that goes on after a failed start, such as a test invoking the CLI, keeps Ctrl-C.
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-
-
-def run(config: BrokerConfig) -> None:
-    """Run a broker until SIGTERM/SIGINT, on uvloop where installed."""
-    keep_freed_memory_for_reuse()  # this is the broker's own process
-    raise_open_file_limit()  # one descriptor per partition's open segment, besides the connections
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(_serve_until_signalled(config))
-    else:
-        uvloop.run(_serve_until_signalled(config))

@@ -28,6 +28,7 @@ from onceflow.broker.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_quorum,
     describe_transactions,
     describe_user_scram_credentials,
     elect_leaders,
@@ -70,6 +71,7 @@ HANDLERS = [
     create_partitions,
     describe_cluster,
     elect_leaders,
+    describe_quorum,  # the metadata quorum, asked of its leader
     # client quotas (broker/quotas)
     describe_client_quotas,
     alter_client_quotas,

@@ -26,6 +26,7 @@ from onceflow.broker.security.access import (
 )
 from onceflow.broker.topics import INTERNAL_TOPICS
 from onceflow.broker.txn.errors import wire_code
+from onceflow.broker.txn.metadata import TV_0, TV_2
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 24
@@ -68,7 +69,9 @@ def _refusals(ctx: RequestContext, tid: str, wanted: list[tuple[str, int]]) -> d
     }
 
 
-async def _add(ctx: RequestContext, tid: str, pid: int, epoch: int, topics, verify_only: bool):
+async def _add(
+    ctx: RequestContext, tid: str, pid: int, epoch: int, topics, verify_only: bool, batched: bool = False
+):
     wanted = _partitions(topics)
     if ctx.api_version < FIRST_BATCHED_VERSION:
         refused = _refusals(ctx, tid, wanted)
@@ -87,7 +90,11 @@ async def _add(ctx: RequestContext, tid: str, pid: int, epoch: int, topics, veri
             for tp in wanted
         }
     try:
-        await coordinator.add_partitions_to_txn(tid, pid, epoch, wanted)
+        # v4+ without verify_only comes from a partition leader adding for a produce of transaction
+        # protocol v2 (Kafka's brokers send no other).
+        await coordinator.add_partitions_to_txn(
+            tid, pid, epoch, wanted, transaction_version=TV_2 if batched else TV_0
+        )
     except KafkaError as exc:
         return dict.fromkeys(wanted, wire_code(exc, API_KEY, ctx.api_version))
     return dict.fromkeys(wanted, ErrorCode.NONE)
@@ -120,7 +127,13 @@ async def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> Add
     results = []
     for txn in request.transactions or []:
         codes = await _add(
-            ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, bool(txn.verify_only)
+            ctx,
+            txn.transactional_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            txn.topics,
+            bool(txn.verify_only),
+            batched=True,
         )
         results.append(_Result(transactional_id=txn.transactional_id, topic_results=_topic_results(codes)))
     return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=0, results_by_transaction=results)

@@ -50,7 +50,14 @@ async def handle(
     scram = ctx.services.scram
     if scram is None:
         return _answer(
-            [(u, ErrorCode.UNKNOWN_SERVER_ERROR, "SCRAM credentials are not available") for u in users]
+            [
+                (
+                    u,
+                    ErrorCode.UNSUPPORTED_VERSION,
+                    "SCRAM credentials are kept by a single node only so far, not in a cluster's metadata",
+                )
+                for u in users
+            ]
         )
     short = {u.user for u in upsertions if u.salt and len(u.salt) < MIN_SALT_BYTES}
     refused = [

@@ -1,8 +1,10 @@
-"""CreatePartitions (37): grow topics to a larger partition count (Kafka never shrinks a topic).
+"""CreatePartitions (37): grow topics to a larger partition count (Kafka never shrinks a topic),
+decided by the active controller (``broker.forwarding``), which places the new partitions.
 
 As in Kafka, one request may add at most 10,000 partitions in all; above that every topic of the
 request is refused with POLICY_VIOLATION and nothing is created. Each topic needs ALTER, else
-TOPIC_AUTHORIZATION_FAILED.
+TOPIC_AUTHORIZATION_FAILED (checked here; only the others go on). The answer goes once this
+broker's image has the new partitions.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.security.access import ALTER, TOPIC, allowed_names
+from onceflow.broker.forwarding import forward, wait_visible
+from onceflow.broker.security.access import ALTER, TOPIC, allowed_names, merged_in_order, with_items
 from onceflow.broker.topics import MAX_PARTITIONS_PER_REQUEST
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
@@ -22,27 +25,27 @@ REQUEST = CreatePartitionsRequest
 _Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
-def _grow(ctx: RequestContext, topic, validate_only: bool) -> None:
-    if topic.assignments is not None:
-        current = ctx.topics.get(topic.name)
-        new_partitions = topic.count - (len(current.partitions) if current else 0)
-        if len(topic.assignments) != new_partitions:
-            raise KafkaError(
-                f"{len(topic.assignments)} assignments were given for {new_partitions} new partitions",
-                ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
-            )
-        for assignment in topic.assignments:
-            if list(assignment.broker_ids) != [ctx.config.node_id]:
-                raise KafkaError(
-                    f"assignment to brokers {list(assignment.broker_ids)}; the only broker is {ctx.config.node_id}",
-                    ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
-                )
-    ctx.topics.create_partitions(topic.name, topic.count, validate_only=validate_only)
-
-
 def _new_partitions(ctx: RequestContext, topic) -> int:
-    current = ctx.topics.get(topic.name)
+    current = ctx.metadata.image.topic(topic.name)
     return max(topic.count - len(current.partitions), 0) if current is not None else 0
+
+
+async def _until_visible(ctx: RequestContext, request, response) -> None:
+    """Wait until this broker's image has the partitions the controller added."""
+    grown = {
+        t.name: t.count
+        for t, result in zip(request.topics, response.results, strict=False)
+        if result.error_code == 0 and not request.validate_only
+    }
+    if grown:
+
+        def has_them(image) -> bool:
+            return all(
+                image.topic(name) is not None and len(image.topic(name).partitions) >= count
+                for name, count in grown.items()
+            )
+
+        await wait_visible(ctx, has_them)
 
 
 async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
@@ -61,32 +64,31 @@ async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> Creat
         )
     names = [t.name for t in request.topics]
     alterable = allowed_names(ctx, ALTER, TOPIC, names)
-    results = []
-    for topic in request.topics:
-        if alterable is not None and topic.name not in alterable and names.count(topic.name) == 1:
-            results.append(
-                _Result(
-                    name=topic.name,
-                    error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
-                    error_message="The topic authorization is failed.",
-                )
-            )
-            continue
-        if names.count(topic.name) > 1:
-            results.append(
-                _Result(
-                    name=topic.name,
-                    error_code=int(ErrorCode.INVALID_REQUEST),
-                    error_message="duplicate topic in request",
-                )
-            )
-            continue
-        try:
-            _grow(ctx, topic, request.validate_only)
-        except KafkaError as exc:
-            results.append(
-                _Result(name=topic.name, error_code=int(error_code_for(exc)), error_message=str(exc))
-            )
-        else:
-            results.append(_Result(name=topic.name, error_code=0, error_message=None))
-    return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+    refused = {
+        i: _Result(
+            name=name,
+            error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+            error_message="The topic authorization is failed.",
+        )
+        for i, name in enumerate(names)
+        if alterable is not None and name not in alterable
+    }
+    if len(refused) == len(names):
+        return CreatePartitionsResponse(throttle_time_ms=0, results=list(refused.values()))
+    if refused:
+        request = with_items(request, "topics", [t for i, t in enumerate(request.topics) if i not in refused])
+    try:
+        response = await forward(ctx, request)
+    except KafkaError as exc:
+        response = CreatePartitionsResponse(
+            throttle_time_ms=0,
+            results=[
+                _Result(name=t.name, error_code=int(error_code_for(exc)), error_message=str(exc))
+                for t in request.topics
+            ],
+        )
+    else:
+        await _until_visible(ctx, request, response)
+    if refused:
+        response.results = merged_in_order(names, refused, response.results)
+    return response

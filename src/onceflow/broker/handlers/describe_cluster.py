@@ -1,5 +1,7 @@
-"""DescribeCluster (60): the cluster id, the controller (us) and the brokers (us), on the asker's
-listener. Anyone may ask; the cluster's authorized operations need DESCRIBE on it (else 0)."""
+"""DescribeCluster (60): the cluster id, the controller and the brokers, from the metadata image:
+each registered broker's endpoint on the listener the request came in on (fenced ones only from v2
+when asked, with ``is_fenced``). Anyone may ask; the cluster's authorized operations need DESCRIBE on
+it (else 0)."""
 
 from __future__ import annotations
 
@@ -48,23 +50,31 @@ async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> Descri
             ErrorCode.MISMATCHED_ENDPOINT_TYPE,
             "this endpoint is a broker; it describes broker endpoints only",
         )
-    host, port = ctx.endpoint
     asked = bool(request.include_cluster_authorized_operations)
-    broker = DescribeClusterResponse.DescribeClusterBroker(
-        broker_id=ctx.config.node_id,
-        host=host,
-        port=port,
-        rack=None,
-        is_fenced=False,
-    )
+    include_fenced = ctx.api_version >= 2 and bool(getattr(request, "include_fenced_brokers", False))
+    brokers = []
+    for broker_id in sorted(ctx.metadata.image.brokers):
+        registration = ctx.metadata.image.brokers[broker_id]
+        endpoint = registration.endpoint(ctx.listener)
+        if endpoint is None or (registration.fenced and not include_fenced):
+            continue
+        brokers.append(
+            DescribeClusterResponse.DescribeClusterBroker(
+                broker_id=broker_id,
+                host=endpoint.host,
+                port=endpoint.port,
+                rack=registration.rack,
+                is_fenced=registration.fenced,
+            )
+        )
     return DescribeClusterResponse(
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
         endpoint_type=ENDPOINT_BROKERS,
         cluster_id=services.cluster_id,
-        controller_id=ctx.config.node_id,
-        brokers=[broker],
+        controller_id=ctx.metadata.controller_id(),
+        brokers=brokers,
         authorized_operations=authorized_operations.reported(
             operations(ctx, CLUSTER) if asked and authorize(ctx, DESCRIBE, CLUSTER) else frozenset(), asked
         ),

@@ -7,8 +7,9 @@ Kafka's (``api_access.API_ACCESS`` lists them); handlers make them first, before
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+import copy
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from onceflow.broker.security.acls import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 
@@ -113,3 +114,18 @@ def api_name(api_key: int) -> str:
         name = request_class.name.removesuffix("Request") if request_class is not None else str(api_key)
         _API_NAMES[api_key] = name
     return name
+
+
+def with_items(request: Any, field: str, items: list[Any]) -> Any:
+    """A copy of ``request`` whose list ``field`` is ``items``: what a broker forwards to the
+    controller once it has refused the items the principal may not touch."""
+    clone = copy.copy(request)
+    setattr(clone, field, items)
+    return clone
+
+
+def merged_in_order(items: Iterable[Any], refused: Mapping[int, Any], answered: Iterable[Any]) -> list[Any]:
+    """The results of ``items`` in request order: ``refused[i]`` for the i-th item where the broker
+    refused it, else the next of the controller's ``answered`` (which answered the others in order)."""
+    rest = iter(answered)
+    return [refused[i] if i in refused else next(rest) for i, _item in enumerate(items)]

@@ -158,6 +158,7 @@ API_ACCESS: dict[int, tuple[Requirement, ...]] = {
     49: (_r(Op.ALTER_CONFIGS, Res.CLUSTER, _CLUSTER, _CLUSTER_DENIED),),  # AlterClientQuotas
     50: (_r(Op.DESCRIBE, Res.CLUSTER, _CLUSTER, _CLUSTER_DENIED),),  # DescribeUserScramCredentials
     51: (_r(Op.ALTER, Res.CLUSTER, _CLUSTER, _CLUSTER_DENIED),),  # AlterUserScramCredentials
+    55: (_r(Op.DESCRIBE, Res.CLUSTER, _CLUSTER, _CLUSTER_DENIED),),  # DescribeQuorum
     60: (),  # DescribeCluster: anyone; its authorized operations need DESCRIBE on the cluster
     61: (_r(Op.READ, Res.TOPIC, "each topic", _TOPIC_DENIED),),  # DescribeProducers
     65: (  # DescribeTransactions

@@ -1,11 +1,12 @@
 """The broker's security settings under Kafka's names, checked once: listeners and their protocols, TLS,
 SASL, the authorizer.
 
-``listeners`` (``NAME://host:port,...``) with ``listener.security.protocol.map`` (``NAME:PROTOCOL``;
-by default each of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL maps to itself) and ``advertised.listeners``
-say where the broker accepts connections and how; without them there is one PLAINTEXT listener on the
-broker's host and port, as always. Any setting below may be given for one listener only as
-``listener.name.<listener>.<setting>`` (Kafka's rule), which wins over the broker-wide one.
+The node's ``listeners`` (``NAME://host:port,...``) with ``listener.security.protocol.map``
+(``NAME:PROTOCOL``; by default each of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL maps to itself) say
+where the broker accepts connections and how; ``onceflow.server.config`` reads those (and
+``advertised.listeners``), this module what each listener's protocol needs. Any setting below may be
+given for one listener only as ``listener.name.<listener>.<setting>`` (Kafka's rule), which wins over
+the broker-wide one.
 
 SASL: ``sasl.enabled.mechanisms`` from PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default, GSSAPI,
 needs Kerberos, which onceflow does not do: without the setting, the SCRAM mechanisms are enabled, and
@@ -25,7 +26,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from onceflow.broker.security.jaas import plain_users
@@ -77,10 +78,6 @@ _PER_MECHANISM_KEYS = ("sasl.jaas.config", "connections.max.reauth.ms")
 # Broker-wide settings only.
 _BROKER_KEYS = frozenset(
     {
-        "listeners",
-        "advertised.listeners",
-        "listener.security.protocol.map",
-        "inter.broker.listener.name",
         "security.inter.broker.protocol",
         "sasl.mechanism.inter.broker.protocol",
         "authorizer",
@@ -90,7 +87,6 @@ _BROKER_KEYS = frozenset(
     }
 )
 _LISTENER_PREFIX = re.compile(r"^listener\.name\.([A-Za-z0-9_-]+)\.(.+)$")
-_LISTENER = re.compile(r"^([A-Za-z0-9_-]+)://(\[[^\]]*\]|[^:/\[\]]*):(-?\d+)$")
 
 
 def is_security_key(key: str) -> bool:
@@ -118,8 +114,6 @@ class ListenerSecurity:
     host: str
     port: int
     protocol: str = PLAINTEXT
-    advertised_host: str | None = None  # None: the bound host
-    advertised_port: int | None = None  # None: the bound port
     ssl_context: ssl.SSLContext | None = None
     client_auth: str = "none"
     principal_mapper: PrincipalMapper = field(default_factory=PrincipalMapper)
@@ -171,9 +165,13 @@ def _loopback(host: str) -> bool:
 
 
 def security_config(
-    properties: Mapping[str, str], host: str = "127.0.0.1", port: int = 9092
+    properties: Mapping[str, str],
+    listeners: Sequence[tuple[str, str, int]] = ((PLAINTEXT, "127.0.0.1", 9092),),
+    protocols: Mapping[str, str] | None = None,
 ) -> SecurityConfig:
-    """Check the settings and build the configuration; ValueError naming the setting that is wrong."""
+    """Check the settings for the node's ``listeners`` (name, host, port; ``server.config`` parsed
+    them) with their security ``protocols`` (a name left out is PLAINTEXT) and build the
+    configuration; ValueError naming the setting that is wrong."""
     for key in properties:
         if not is_security_key(key):
             raise ValueError(f"unknown security setting {key!r}")
@@ -187,39 +185,16 @@ def security_config(
         base = prefixed.group(2) if prefixed is not None else key
         if base.rpartition(".")[2] in ("ms", "size") or base.endswith("max.reauth.ms"):
             _int(properties[key], key, 0, 0)
-    protocols = _protocol_map(properties.get("listener.security.protocol.map"))
-    if "listeners" in properties:
-        listeners = _parse_listeners(properties["listeners"], "listeners")
-        if not listeners:
-            raise ValueError("listeners names no listener")
-    else:
-        listeners = [(PLAINTEXT, host, port)]
-    advertised = {}
-    if "advertised.listeners" in properties:
-        names = {name for name, _, _ in listeners}
-        for name, adv_host, adv_port in _parse_listeners(
-            properties["advertised.listeners"], "advertised.listeners"
-        ):
-            if name not in names:
-                raise ValueError(f"advertised.listeners has {name}, which is not one of the listeners")
-            if adv_host in ("", "0.0.0.0", "::"):
-                raise ValueError(f"advertised.listeners: {name} must name a host clients can reach")
-            advertised[name] = (adv_host, adv_port)
+    protocols = protocols or {}
     names_by_prefix = {name.lower() for name, _, _ in listeners}
     for key in properties:
         prefixed = _LISTENER_PREFIX.match(key)
         if prefixed is not None and prefixed.group(1).lower() not in names_by_prefix:
             raise ValueError(f"{key} is for listener {prefixed.group(1)}, which is not one of the listeners")
-    built = []
-    for name, lst_host, lst_port in listeners:
-        protocol = protocols.get(name)
-        if protocol is None:
-            raise ValueError(
-                f"listener {name} has no security protocol: add {name}:PLAINTEXT (or SSL, SASL_PLAINTEXT, "
-                "SASL_SSL) to listener.security.protocol.map"
-            )
-        adv_host, adv_port = advertised.get(name, (None, None))
-        built.append(_listener(properties, name, lst_host, lst_port, protocol, adv_host, adv_port))
+    built = [
+        _listener(properties, name, host, port, protocols.get(name, PLAINTEXT))
+        for name, host, port in listeners
+    ]
     return SecurityConfig(tuple(built), _authorizer(properties))
 
 
@@ -240,8 +215,6 @@ def _listener(
     host: str,
     port: int,
     protocol: str,
-    adv_host: str | None,
-    adv_port: int | None,
 ) -> ListenerSecurity:
     get = _getter(properties, name)
     context, client_auth = None, "none"
@@ -253,9 +226,7 @@ def _listener(
     except ValueError as exc:
         raise ValueError(f"{exc} (listener {name})") from None
     sasl = _sasl(properties, get, name) if protocol in (SASL_PLAINTEXT, SASL_SSL) else None
-    return ListenerSecurity(
-        name, host, port, protocol, adv_host, adv_port, context, client_auth, mapper, sasl
-    )
+    return ListenerSecurity(name, host, port, protocol, context, client_auth, mapper, sasl)
 
 
 def _sasl(properties: Mapping[str, str], get, listener: str) -> SaslSettings:
@@ -360,47 +331,3 @@ def _int(raw: str | None, key: str, default: int, minimum: int = 0) -> int:
     if value < minimum:
         raise ValueError(f"{key} must be at least {minimum}, not {value}")
     return value
-
-
-def _protocol_map(text: str | None) -> dict[str, str]:
-    if text is None:
-        return {p: p for p in SECURITY_PROTOCOLS}
-    result = {}
-    for raw in text.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
-        name, sep, protocol = entry.partition(":")
-        protocol = protocol.strip().upper()
-        if not sep or not name.strip() or protocol not in SECURITY_PROTOCOLS:
-            raise ValueError(
-                f"listener.security.protocol.map: {entry!r} is not NAME:PROTOCOL with PROTOCOL one of "
-                f"{', '.join(SECURITY_PROTOCOLS)}"
-            )
-        result[name.strip().upper()] = protocol
-    return result
-
-
-def _parse_listeners(text: str, key: str) -> list[tuple[str, str, int]]:
-    listeners = []
-    for raw in text.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
-        match = _LISTENER.match(entry)
-        if match is None:
-            raise ValueError(f"{key}: {entry!r} is not of the form NAME://host:port")
-        name, host, port_text = match.groups()
-        port = int(port_text)
-        if not 0 <= port <= 65535:
-            raise ValueError(f"{key}: {entry!r} has port {port}, outside 0..65535")
-        listeners.append((name.upper(), host.strip("[]"), port))
-    names = [name for name, _, _ in listeners]
-    for name in names:
-        if names.count(name) > 1:
-            raise ValueError(f"{key}: listener name {name} appears more than once")
-    ports = [port for _, _, port in listeners if port]
-    for port in ports:
-        if ports.count(port) > 1 and key == "listeners":
-            raise ValueError(f"{key}: port {port} is used by more than one listener")
-    return listeners
