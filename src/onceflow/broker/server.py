@@ -39,6 +39,7 @@ from onceflow.broker.topics import TopicManager
 from onceflow.broker.txn.pid_manager import ProducerIdManager
 from onceflow.broker.txn.service import TransactionService
 from onceflow.protocol import apis
+from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,8 @@ class Broker:
             config_validator=config_validator,
             topic_defaults=config.topic_config_defaults(),
             internal_topic_configs={
-                "__consumer_offsets": {"segment.bytes": str(config.offsets_topic_segment_bytes)},
-                "__transaction_state": {"segment.bytes": str(config.transaction_state_log_segment_bytes)},
+                CONSUMER_OFFSETS_TOPIC: {"segment.bytes": str(config.offsets_topic_segment_bytes)},
+                TRANSACTION_STATE_TOPIC: {"segment.bytes": str(config.transaction_state_log_segment_bytes)},
             },
         )
         self.handlers = {h.API_KEY: h for h in HANDLERS}

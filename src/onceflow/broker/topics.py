@@ -6,7 +6,8 @@ Cluster-level state lives in the data dir beside the partition directories:
 - ``topics.json``: every topic's name, id (a random UUID, kept forever; Fetch v13+ and Metadata v10+
   name topics by id), partition count, config overrides and whether it is internal.
 
-Both are written atomically (temp file, fsync, rename, fsync of the directory). Partition ``p`` of
+Both are written with ``log.durable_file.write_atomically`` (temp file, fsync, rename, fsync of the
+directory). Partition ``p`` of
 topic ``t`` is the ``Log`` in ``<data-dir>/t-p/``.
 
 Log calls are synchronous file I/O on the page cache (fast); they run in the event loop for now. If
@@ -20,7 +21,6 @@ import base64
 import errno
 import json
 import logging
-import os
 import re
 import resource
 import shutil
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.broker.data_dir_lock import DataDirError, DataDirUnusable
+from onceflow.log.durable_file import write_atomically
 from onceflow.protocol.errors import (
     InvalidPartitions,
     InvalidTopic,
@@ -38,6 +39,7 @@ from onceflow.protocol.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
+from onceflow.protocol.internal_topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,6 @@ MAX_TOPIC_NAME_LENGTH = 249
 # answers POLICY_VIOLATION above it: a request cannot make the broker create partitions without end.
 MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 # Kafka's settings of its internal topics (offsets.topic.segment.bytes, transaction.state.log.segment.bytes):
 # compacted, so the latest committed offset, group and transaction state of every key is kept for good
 # (under the delete policy, retention.ms would drop a quiet group's offsets after a week).
@@ -170,20 +171,6 @@ def _read_topics_file(path: Path) -> list[tuple[str, uuid.UUID, dict[str, str], 
         ) from exc
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def _new_cluster_id() -> str:
     # Kafka's shape: a random UUID in URL-safe base64 without padding (22 characters).
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
@@ -268,12 +255,12 @@ class TopicManager:
                 raise DataDirDamaged(f"{path} has no cluster.id: the data dir's identity is damaged")
             return props["cluster.id"]
         cluster_id = _new_cluster_id()
-        _write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+        write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
         return cluster_id
 
     def _persist(self) -> None:
         doc = {"version": 1, "topics": [t.to_json() for t in self._topics.values()]}
-        _write_atomically(self.data_dir / TOPICS_FILE, json.dumps(doc, indent=1, sort_keys=True))
+        write_atomically(self.data_dir / TOPICS_FILE, json.dumps(doc, indent=1, sort_keys=True))
 
     def _partition_dir(self, topic: str, index: int) -> Path:
         return self.data_dir / f"{topic}-{index}"

@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.log.config import LogConfig
+from onceflow.log.durable_file import fsync_directory, write_atomically
 from onceflow.log.producer_append import (
     apply_producer_appends,
     find_duplicate,
@@ -689,7 +690,7 @@ class Log:
         self._directory_changed = False
         self._records_since_flush = 0
         self._last_flush_ms = self._clock_ms()
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
 
     def close(self) -> None:
         """Flush, leave the clean-shutdown marker and close the files. Idempotent."""
@@ -704,7 +705,7 @@ class Log:
             index.close()
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         marker.touch()
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
         self._closed = True
 
     def abandon(self) -> None:
@@ -743,22 +744,8 @@ def _segment_bases(directory: Path) -> list[int]:
     return sorted(bases)
 
 
-def write_file_atomically(path: Path, text: str, *, durable: bool = True) -> None:
-    """Write ``text`` to a temp file and rename it over ``path``: readers see the old or the new file,
-    never half of one. ``durable`` fsyncs the file and the directory, so it also survives a power cut."""
-    temp = path.with_name(path.name + ".tmp")
-    with open(temp, "w") as f:
-        f.write(text)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(temp, path)
-    if durable:
-        _fsync_directory(path.parent)
-
-
 def _write_swap_list(directory: Path, base: int, bases: list[int]) -> None:
-    write_file_atomically(directory / segment_file_name(base, SWAP_SUFFIX), " ".join(map(str, bases)) + "\n")
+    write_atomically(directory / segment_file_name(base, SWAP_SUFFIX), " ".join(map(str, bases)) + "\n")
 
 
 def _finish_swap(directory: Path, base: int, bases: list[int]) -> None:
@@ -776,9 +763,9 @@ def _finish_swap(directory: Path, base: int, bases: list[int]) -> None:
         os.replace(cleaned_log, directory / segment_file_name(base, LOG_SUFFIX))
     if cleaned_txn.exists():
         os.replace(cleaned_txn, directory / segment_file_name(base, TXN_INDEX_SUFFIX))
-    _fsync_directory(directory)
+    fsync_directory(directory)
     (directory / segment_file_name(base, SWAP_SUFFIX)).unlink(missing_ok=True)
-    _fsync_directory(directory)
+    fsync_directory(directory)
 
 
 def _finish_swaps(directory: Path) -> None:
@@ -829,7 +816,7 @@ def _read_log_start_offset(directory: Path) -> int:
 
 
 def _write_log_start_offset(directory: Path, offset: int) -> None:
-    write_file_atomically(directory / LOG_START_OFFSET_FILE, f"{offset}\n")
+    write_atomically(directory / LOG_START_OFFSET_FILE, f"{offset}\n")
 
 
 def _largest_timestamp(segment: LogSegment) -> int:
@@ -837,11 +824,3 @@ def _largest_timestamp(segment: LogSegment) -> int:
     if segment.max_timestamp != NO_TIMESTAMP:
         return segment.max_timestamp
     return int(segment.log_path.stat().st_mtime * 1000)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

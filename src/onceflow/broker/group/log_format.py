@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from onceflow.broker.coordinator.partitioning import java_string_hash, partition_for_key
 from onceflow.broker.group import consumer_group_records as cg
 from onceflow.protocol.errors import CorruptMessage
+from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC
 from onceflow.protocol.schema_io import SchemaReader, SchemaWriter
-
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 
 _OFFSET_KEY_VERSION = 1
 _GROUP_KEY_VERSION = 2
@@ -25,20 +25,9 @@ _OFFSET_VALUE_VERSION = 3
 _GROUP_VALUE_VERSION = 3
 
 
-def java_string_hashcode(text: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for_group(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition that holds a group (Kafka's ``Utils.abs(hash) % n``)."""
-    # Kafka's Utils.abs maps Integer.MIN_VALUE to 0 rather than overflowing.
-    h = java_string_hashcode(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+# Kafka's hash of a group id onto a partition, under the names this module always had.
+java_string_hashcode = java_string_hash
+partition_for_group = partition_for_key
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from onceflow.broker.context import RequestContext
 from onceflow.broker.txn.errors import wire_code
 from onceflow.broker.txn.metadata import ProducerIdAndEpoch
 from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +29,6 @@ API_KEY = 22
 MIN_VERSION = 0
 MAX_VERSION = 5
 REQUEST = InitProducerIdRequest
-
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 
 
 def _response(code: ErrorCode, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH):

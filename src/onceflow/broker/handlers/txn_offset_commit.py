@@ -18,10 +18,10 @@ from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitRespo
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.handler_support import offset_commit_topics, requested_offsets
-from onceflow.broker.txn.config import CONSUMER_OFFSETS_TOPIC
 from onceflow.broker.txn.errors import fenced_error_code, wire_code
 from onceflow.broker.txn.metadata import TV_2
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC
 from onceflow.protocol.transaction_versions import FIRST_TV2_TXN_OFFSET_COMMIT_VERSION
 
 log = logging.getLogger(__name__)

@@ -30,10 +30,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from onceflow.broker.txn.config import CONSUMER_OFFSETS_TOPIC, TransactionConfig, partition_for_key
+from onceflow.broker.txn.config import TransactionConfig, partition_for_key
 from onceflow.broker.txn.end_txn import decide_end_txn
 from onceflow.broker.txn.errors import IllegalTxnTransition, TransactionAbortable, TransactionalIdNotFound
-from onceflow.broker.txn.log_format import NO_PRODUCER_ID, TopicPartition
+from onceflow.broker.txn.log_format import TopicPartition
 from onceflow.broker.txn.markers import MarkerWriter, TxnMarker
 from onceflow.broker.txn.metadata import (
     COMPLETE_STATES,
@@ -59,6 +59,8 @@ from onceflow.protocol.errors import (
     ProducerFenced,
     error_code_for,
 )
+from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC
+from onceflow.protocol.records import NO_PRODUCER_ID
 
 log = logging.getLogger(__name__)
 

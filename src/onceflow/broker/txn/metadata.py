@@ -22,16 +22,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from onceflow.broker.txn.errors import IllegalTxnTransition
-from onceflow.broker.txn.log_format import (
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    TopicPartition,
-    TransactionLogValue,
-)
+from onceflow.broker.txn.log_format import TopicPartition, TransactionLogValue
+from onceflow.protocol.records import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 log = logging.getLogger(__name__)
 
-MAX_EPOCH = 32767
+MAX_EPOCH = MAX_PRODUCER_EPOCH
 
 # Kafka's transaction versions (the ``transaction.version`` feature): TV_2 is KIP-890 part 2, where
 # every EndTxn bumps the epoch so that a late EndTxn can never touch the next transaction.

@@ -23,20 +23,16 @@ from __future__ import annotations
 from typing import Any
 
 from onceflow.broker.txn.metadata import TV_2
-from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.records import BatchHeader, read_header
 from onceflow.protocol.transaction_versions import FIRST_ABORTABLE_PRODUCE_VERSION, FIRST_TV2_PRODUCE_VERSION
 
 # Coordinator answers a producer may not retry on a Produce; NOT_ENOUGH_REPLICAS makes every producer
 # retry without refreshing its metadata.
-_RETRIED_AS_NOT_ENOUGH_REPLICAS = frozenset(
-    {
-        ErrorCode.NETWORK_EXCEPTION,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.NOT_COORDINATOR,
-    }
-)
+_RETRIED_AS_NOT_ENOUGH_REPLICAS = COORDINATOR_MOVED | {
+    ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
 
 
 def _produce_error(code: ErrorCode, message: str, produce_version: int) -> KafkaError:

@@ -29,7 +29,7 @@ from onceflow.client.consumer.assignors import (
     encode_subscription,
 )
 from onceflow.client.consumer.metadata_watch import MetadataWatch
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
@@ -71,7 +71,7 @@ TRANSITIONS: dict[tuple[MemberState, str], MemberState] = {
     (MemberState.STABLE, "reset"): MemberState.UNJOINED,
 }
 
-_COORDINATOR_ERRORS = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+_COORDINATOR_ERRORS = COORDINATOR_MOVED
 _FATAL_ERRORS = frozenset(
     {
         ErrorCode.FENCED_INSTANCE_ID,
