@@ -87,18 +87,45 @@ def _default_config_validator(overrides: Mapping[str, str]) -> None:
 
 
 class Partition:
-    """One partition: its ``Log`` plus the waiters of Fetch long-polls that want to hear of new data."""
+    """One partition: its ``Log``, the waiters of Fetch long-polls that want to hear of new data, and
+    the listeners of its high watermark.
+
+    The high watermark is what is committed: what a reader may see, and what the coordinators wait
+    for before they answer (``coordinator.runtime``). With one replica it is the log end, moved by
+    each append; replication will move it when the in-sync replicas have the records, through
+    :meth:`advance_high_watermark`, and the listeners need not change.
+    """
 
     def __init__(self, topic: str, index: int, log_: Any) -> None:
         self.topic = topic
         self.index = index
         self.log = log_
         self._waiters: set[asyncio.Future[None]] = set()
+        self._hw_listeners: list[Callable[[int], None]] = []
 
     def append(self, batches: list, **kwargs: Any) -> Any:
         result = self.log.append(batches, **kwargs)
         self.notify_new_data()
+        if self._hw_listeners:
+            self.advance_high_watermark()
         return result
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    def add_high_watermark_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(high_watermark)`` each time the high watermark may have moved."""
+        self._hw_listeners.append(listener)
+
+    def remove_high_watermark_listener(self, listener: Callable[[int], None]) -> None:
+        if listener in self._hw_listeners:
+            self._hw_listeners.remove(listener)
+
+    def advance_high_watermark(self) -> None:
+        hw = self.high_watermark
+        for listener in list(self._hw_listeners):
+            listener(hw)
 
     def add_waiter(self, waiter: asyncio.Future[None]) -> None:
         self._waiters.add(waiter)

@@ -1,0 +1,55 @@
+"""The transaction coordinator's timed operations on one partition of ``__transaction_state``.
+
+Each is an operation of the coordinator runtime: it reads the ids of the partition, prepares their
+transitions and returns them as one batch; the runtime appends and replays it (the replay applies
+each prepared transition). If the append fails every prepared transition is dropped: the ids stay as
+they were and the next run tries again.
+
+- :func:`fence_timed_out`: an Ongoing transaction older than its ``transaction.timeout.ms`` moves to
+  PrepareAbort with its epoch bumped, so that its producer is fenced (Kafka's
+  ``abortTimedOutTransactions``); the coordinator then writes the ABORT markers.
+- :func:`expire_idle`: an id idle (Empty or Complete*) for ``transactional.id.expiration.ms`` gets a
+  tombstone and leaves the cache (Kafka's ``removeExpiredTransactionalIds``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from onceflow.broker.coordinator.records import CoordinatorResult
+from onceflow.broker.txn.metadata import TransactionMetadata, TxnTransition
+from onceflow.broker.txn.state_manager import TransactionStateManager, transition_record
+from onceflow.protocol.errors import KafkaError
+
+log = logging.getLogger(__name__)
+
+
+def _batch_of(
+    prepared: list[tuple[TransactionMetadata, TxnTransition]], response: object
+) -> CoordinatorResult:
+    def drop(error: KafkaError) -> None:
+        for metadata, transition in prepared:
+            if metadata.pending_transition is transition:
+                metadata.abort_transition(transition)
+
+    return CoordinatorResult(
+        [transition_record(m.transactional_id, t) for m, t in prepared], response, on_failed=drop
+    )
+
+
+def fence_timed_out(
+    state: TransactionStateManager, partition: int, now_ms: int
+) -> CoordinatorResult[list[TransactionMetadata]]:
+    prepared = [
+        (m, m.prepare_fence_producer_epoch(now_ms)) for m in state.timed_out_transactions(partition, now_ms)
+    ]
+    for metadata, _ in prepared:
+        log.info("aborting transactional id %r after its timeout", metadata.transactional_id)
+    return _batch_of(prepared, [m for m, _ in prepared])
+
+
+def expire_idle(state: TransactionStateManager, partition: int, now_ms: int) -> CoordinatorResult[list[str]]:
+    prepared = [(m, m.prepare_dead()) for m in state.expirable_metadata(partition, now_ms)]
+    if prepared:
+        log.info("expiring %d idle transactional ids of __transaction_state-%d", len(prepared), partition)
+    return _batch_of(prepared, [m.transactional_id for m, _ in prepared])
