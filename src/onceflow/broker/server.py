@@ -115,7 +115,7 @@ class Broker:
                 self.config.max_incremental_fetch_session_cache_slots,
                 self.config.min_incremental_fetch_session_eviction_ms,
             ),
-            groups=start_group_coordinator(self.config, self.topics),
+            groups=start_group_coordinator(self.config, self.topics, self.faults),
             # The one producer-id allocator of this data dir (InitProducerId; the transaction
             # coordinator must use this same instance, or ids could repeat).
             producer_ids=ProducerIdManager(self.config.data_dir),

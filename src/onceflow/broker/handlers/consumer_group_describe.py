@@ -91,7 +91,7 @@ async def handle(ctx: RequestContext, request: ConsumerGroupDescribeRequest) -> 
             groups.append(_failed(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, None))
             continue
         try:
-            group = ctx.groups.consumer_group(group_id)
+            group = await ctx.groups.consumer_group(group_id)
         except KafkaError as exc:
             groups.append(_failed(group_id, error_code_for(exc), str(exc)))
             continue

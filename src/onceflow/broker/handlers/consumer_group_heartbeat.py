@@ -61,7 +61,7 @@ async def handle(
     if no_coordinator(ctx):
         return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
     try:
-        result = ctx.groups.consumer_group_heartbeat(_request(ctx, request))
+        result = await ctx.groups.consumer_group_heartbeat(_request(ctx, request))
     except KafkaError as exc:
         return _error(error_code_for(exc), str(exc))
     assignment = None

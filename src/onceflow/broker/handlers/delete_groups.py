@@ -22,7 +22,7 @@ async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGro
         results = dict.fromkeys(names, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     else:
         try:
-            results = ctx.groups.delete_groups(names)
+            results = await ctx.groups.delete_groups(names)
         except KafkaError as exc:
             results = dict.fromkeys(names, error_code_for(exc))
     return DeleteGroupsResponse(

@@ -18,7 +18,7 @@ async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatRes
     if no_coordinator(ctx):
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
-        error = ctx.groups.heartbeat(
+        error = await ctx.groups.heartbeat(
             request.group_id,
             request.member_id,
             request.group_instance_id if ctx.api_version >= 3 else None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import CLIENT_HOST, await_callback, no_coordinator
+from onceflow.broker.group.handler_support import CLIENT_HOST, no_coordinator
 from onceflow.broker.group.requests import JoinRequest, JoinResult
 from onceflow.protocol.errors import ErrorCode
 
@@ -50,5 +50,5 @@ async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupRes
         protocols=[(p.name, bytes(p.metadata or b"")) for p in request.protocols or []],
         require_known_member_id=v >= 4,
     )
-    result = await await_callback(lambda respond: ctx.groups.join_group(join, respond))
+    result = await ctx.groups.join_group(join)
     return _response(result)

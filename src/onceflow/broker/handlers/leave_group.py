@@ -25,7 +25,7 @@ async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupR
     if no_coordinator(ctx):
         top, errors = ErrorCode.COORDINATOR_NOT_AVAILABLE, []
     else:
-        top, errors = ctx.groups.leave_group(request.group_id, leaving)
+        top, errors = await ctx.groups.leave_group(request.group_id, leaving)
     if not batch:
         # Old versions have one error: the member's own when the group was found.
         if top is ErrorCode.NONE and errors:

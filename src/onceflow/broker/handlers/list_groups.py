@@ -23,7 +23,7 @@ async def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsR
             throttle_time_ms=0, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), groups=[]
         )
     try:
-        listed = ctx.groups.list_groups(
+        listed = await ctx.groups.list_groups(
             states=(request.states_filter or []) if v >= 4 else [],
             types=(request.types_filter or []) if v >= 5 else [],
         )

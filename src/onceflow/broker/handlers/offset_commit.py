@@ -30,7 +30,7 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
         top = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
         try:
-            top, per_partition = ctx.groups.commit_offsets(
+            top, per_partition = await ctx.groups.commit_offsets(
                 request.group_id,
                 request.member_id if v >= 1 else "",
                 request.group_instance_id if v >= 7 else None,

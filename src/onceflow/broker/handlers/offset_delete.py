@@ -23,7 +23,7 @@ async def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDel
         top, per_partition = ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
     else:
         try:
-            top, per_partition = ctx.groups.delete_offsets(request.group_id, wanted)
+            top, per_partition = await ctx.groups.delete_offsets(request.group_id, wanted)
         except KafkaError as exc:
             top, per_partition = error_code_for(exc), {}
     if top is not ErrorCode.NONE:

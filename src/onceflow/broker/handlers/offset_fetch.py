@@ -22,7 +22,7 @@ _NewTopic = _Group.OffsetFetchResponseTopics
 _NewPartition = _NewTopic.OffsetFetchResponsePartitions
 
 
-def _fetch(
+async def _fetch(
     ctx: RequestContext,
     group_id: str,
     topics,
@@ -38,7 +38,7 @@ def _fetch(
     if no_coordinator(ctx):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
     try:
-        top, rows = ctx.groups.fetch_offsets(
+        top, rows = await ctx.groups.fetch_offsets(
             group_id, wanted, require_stable=require_stable, member_id=member_id, member_epoch=member_epoch
         )
     except KafkaError as exc:
@@ -66,7 +66,7 @@ async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetc
         groups = []
         for g in request.groups or []:
             member = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)
-            top, by_topic = _fetch(ctx, g.group_id, g.topics, require_stable, *member)
+            top, by_topic = await _fetch(ctx, g.group_id, g.topics, require_stable, *member)
             groups.append(
                 _Group(
                     group_id=g.group_id,
@@ -90,7 +90,7 @@ async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetc
                 )
             )
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
-    top, by_topic = _fetch(ctx, request.group_id, request.topics, require_stable)
+    top, by_topic = await _fetch(ctx, request.group_id, request.topics, require_stable)
     topics = [
         _OldTopic(
             name=name,

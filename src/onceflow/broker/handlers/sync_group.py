@@ -5,7 +5,7 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import SyncGroupRequest, SyncGroupResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import await_callback, no_coordinator
+from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.broker.group.requests import SyncResult
 from onceflow.protocol.errors import ErrorCode
 
@@ -30,16 +30,13 @@ async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupRes
         return _response(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
     v = ctx.api_version
     assignments = {a.member_id: bytes(a.assignment or b"") for a in request.assignments or []}
-    result = await await_callback(
-        lambda respond: ctx.groups.sync_group(
-            request.group_id,
-            request.member_id,
-            request.group_instance_id if v >= 3 else None,
-            request.generation_id,
-            assignments,
-            respond,
-            protocol_type=request.protocol_type if v >= 5 else None,
-            protocol_name=request.protocol_name if v >= 5 else None,
-        )
+    result = await ctx.groups.sync_group(
+        request.group_id,
+        request.member_id,
+        request.group_instance_id if v >= 3 else None,
+        request.generation_id,
+        assignments,
+        protocol_type=request.protocol_type if v >= 5 else None,
+        protocol_name=request.protocol_name if v >= 5 else None,
     )
     return _response(result)

@@ -71,7 +71,7 @@ async def _commit(ctx: RequestContext, request: TxnOffsetCommitRequest, offsets)
             )
             if code is not ErrorCode.NONE:
                 return code, {}
-        return ErrorCode.NONE, ctx.groups.commit_txn_offsets(
+        return ErrorCode.NONE, await ctx.groups.commit_txn_offsets(
             request.group_id, request.producer_id, request.producer_epoch, offsets
         )
     except KafkaError as exc:

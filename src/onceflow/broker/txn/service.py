@@ -7,8 +7,8 @@ written to the partition logs, its timers.
   transactional request.
 - :func:`write_marker` appends one COMMIT/ABORT control batch to one partition; both the local
   :class:`LocalMarkerWriter` (the coordinator's markers) and the WriteTxnMarkers handler use it. A
-  marker written to ``__consumer_offsets`` also tells the group coordinator to publish or drop the
-  producer's pending offsets.
+  marker for ``__consumer_offsets`` goes through the group coordinator, which writes it and publishes
+  or drops the producer's pending offsets.
 - :class:`TransactionService` builds the coordinator at broker start, loads every partition,
   finishes transactions caught in PrepareCommit/PrepareAbort, and starts the timers.
 
@@ -59,8 +59,14 @@ def write_marker(
 ) -> None:
     """Append one transaction marker to ``topic``-``partition``; raises UNKNOWN_TOPIC_OR_PARTITION if
     it does not exist, or the log's error. A marker for a producer with no open transaction there (a
-    re-sent marker) is accepted and completes nothing."""
+    re-sent marker) is accepted and completes nothing. A marker for ``__consumer_offsets`` is an
+    operation of the group coordinator, whose replay of it publishes or drops the producer's offsets."""
     target = topics.get_partition(topic, partition)  # raises UnknownTopicOrPartition
+    if topic == CONSUMER_OFFSETS_TOPIC and groups is not None:
+        groups.complete_transaction(
+            partition, producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
+        )
+        return
     header, batch = control_batch_for_append(
         producer_id,
         producer_epoch,
@@ -69,8 +75,6 @@ def write_marker(
         timestamp_ms=_now_ms(),
     )
     target.append([(header, memoryview(batch))], origin=AppendOrigin.COORDINATOR)
-    if topic == CONSUMER_OFFSETS_TOPIC and groups is not None:
-        groups.on_txn_marker(producer_id, commit)
 
 
 class LocalMarkerWriter:
