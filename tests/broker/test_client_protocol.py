@@ -17,6 +17,7 @@ from onceflow.broker import client_protocol
 from onceflow.broker.client_protocol import ClientProtocol
 from onceflow.broker.connection import SupportedApi
 from onceflow.broker.context import CloseConnection
+from onceflow.broker.memory_pool import MemoryPool
 
 SUPPORTED = {
     18: SupportedApi(18, 0, 4, ApiVersionsRequest),
@@ -253,5 +254,61 @@ def test_accepted_sockets_have_tcp_nodelay():
         finally:
             for s in (client, accepted, listener):
                 s.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_the_memory_pool_refuses_stops_reading_until_requests_finish_elsewhere():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        pool = MemoryPool(1 << 20, schedule=loop.call_soon)
+        pool.take(1 << 20)  # other connections' requests fill it
+        release = asyncio.Event()
+
+        async def dispatch(event):
+            await release.wait()
+            return b"a%d" % event.header.correlation_id
+
+        transport = FakeTransport()
+        protocol = ClientProtocol(
+            dispatch, SUPPORTED, max_request_bytes=1 << 20, on_close=lambda _: None, pool=pool
+        )
+        protocol.connection_made(transport)
+        feed(protocol, frame(1) + frame(2))
+        await settle()
+        assert not transport.reading and pool.waiting == 1  # stopped, queued in the pool
+        pool.release(1 << 20)  # those requests finished
+        await settle()
+        assert transport.reading and pool.waiting == 0
+        assert pool.used == 2 * (len(frame(1)) - 4)  # both requests' frames, held while they run
+        release.set()
+        await settle()
+        assert transport.written == [b"a1", b"a2"]
+        assert pool.used == 0  # given back once handled
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_lost_while_waiting_for_memory_leaves_the_pool_as_it_was():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        pool = MemoryPool(1 << 20, schedule=loop.call_soon)
+        pool.take(1 << 20)
+
+        async def dispatch(event):
+            return b"a"
+
+        transport = FakeTransport()
+        protocol = ClientProtocol(
+            dispatch, SUPPORTED, max_request_bytes=1 << 20, on_close=lambda _: None, pool=pool
+        )
+        protocol.connection_made(transport)
+        feed(protocol, frame(1))
+        await settle()
+        assert pool.waiting == 1
+        pool.release(1 << 20)  # the grant is on its way (scheduled) when the connection goes
+        protocol.connection_lost(None)
+        await settle()
+        assert pool.used == 0 and pool.waiting == 0 and transport.written == []
 
     asyncio.run(scenario())

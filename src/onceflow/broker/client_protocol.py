@@ -19,6 +19,11 @@ reads. Without the byte bound a client that pipelines fetches and never reads it
 broker build every answer (up to fetch.max.bytes each) in memory: 100 fetches of a 60 MB topic held
 2.7 GB. Kafka bounds it harder, reading one request per connection at a time.
 
+Request memory (``queued.max.request.bytes``): the connection takes each request's buffer from the
+broker's ``MemoryPool`` and gives it back when the request's handler has finished (or the connection
+is lost). When the pool refuses, this connection stops reading and waits in the pool's queue; the pool
+hands it the bytes as other requests finish, and reading resumes.
+
 A handler returning ``None`` sends nothing (acks=0 produce, dropped-response fault); raising
 ``CloseConnection`` closes the connection (Kafka's answer to a failed acks=0 produce, the disconnect
 fault); any other exception is a handler bug: logged, connection closed (the client reconnects). An undecodable frame or the peer's EOF closes the connection too; requests
@@ -40,6 +45,7 @@ from typing import Any
 
 from onceflow.broker.connection import (
     NEED_DATA,
+    NEED_MEMORY,
     Connection,
     ConnectionBroken,
     RequestReceived,
@@ -47,6 +53,8 @@ from onceflow.broker.connection import (
     UnsupportedApiVersionsRequest,
 )
 from onceflow.broker.context import CloseConnection
+from onceflow.broker.limit_events import MEMORY_POOL_FULL, LimitEvents
+from onceflow.broker.memory_pool import MemoryPool
 from onceflow.protocol import apis
 
 log = logging.getLogger(__name__)
@@ -112,11 +120,17 @@ class ClientProtocol(asyncio.BufferedProtocol):
         *,
         max_request_bytes: int,
         on_close: Callable[[ClientProtocol], None],
+        pool: MemoryPool | None = None,
+        limit_events: LimitEvents | None = None,
+        on_open: Callable[[ClientProtocol], bool] | None = None,
     ) -> None:
         self._dispatch = dispatch
         self._supported = supported
-        self._connection = Connection(supported, max_request_bytes=max_request_bytes)
+        self._pool = pool if pool is not None else MemoryPool(-1)
+        self._limit_events = limit_events if limit_events is not None else LimitEvents()
+        self._connection = Connection(supported, max_request_bytes=max_request_bytes, pool=self._pool)
         self._on_close = on_close
+        self._on_open = on_open  # False: refused (a connection limit), closed before reading a byte
         self._transport: Any = None
         self._peer: Any = None
         # Unanswered requests in request order: a future (a task, or a handler's failure), or an
@@ -125,6 +139,9 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self._unwritten_bytes = 0  # of the answers in _pending that are made (see _answer_size)
         self._reading_paused = False
         self._writing_paused = False
+        self._waiting_for_memory = False  # queued in the pool: reading stays paused until it grants
+        self._in_read_events = False
+        self._wanted_bytes = 0
         self._closing = False
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # time.monotonic() of the last bytes read or answer written (connections.max.idle.ms).
@@ -136,6 +153,9 @@ class ClientProtocol(asyncio.BufferedProtocol):
         # Any: uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = transport
         self._peer = transport.get_extra_info("peername")
+        if self._on_open is not None and not self._on_open(self):
+            self.abort()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             # asyncio and uvloop set it already; a small answer held back by Nagle's algorithm behind
@@ -168,6 +188,10 @@ class ClientProtocol(asyncio.BufferedProtocol):
             elif not item.cancelled():
                 item.exception()  # finished but never to be written: no "never retrieved" noise
         self._pending.clear()
+        if self._waiting_for_memory:
+            self._pool.cancel(self._memory_granted)
+            self._waiting_for_memory = False
+        self._connection.close()  # requests handed out give theirs back as their tasks end
         self._on_close(self)
         if not self.closed.done():
             self.closed.set_result(None)
@@ -182,6 +206,11 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self._read_events()
 
     # -- ours ----------------------------------------------------------------------------------------
+
+    @property
+    def peer_address(self) -> str:
+        """The client's IP address (as text), or "" where the transport has none."""
+        return self._peer[0] if isinstance(self._peer, tuple) and self._peer else ""
 
     def idle_since(self) -> float | None:
         """When this connection last read or wrote, if it owes no answer now; None if it does."""
@@ -198,14 +227,25 @@ class ClientProtocol(asyncio.BufferedProtocol):
         reading. Writing can make room again (answers leave), so it goes on until the buffered requests
         run out or room does: requests already read must never wait for more bytes from the client,
         which may be waiting for their answers."""
+        self._in_read_events = True
+        try:
+            self._start_requests()
+        finally:
+            self._in_read_events = False
+        self._update_reading()
+
+    def _start_requests(self) -> None:
         connection = self._connection
         while True:
             finished_now = need_data = False
-            while not self._closing and not self._holding_back():
+            while not self._closing and not self._waiting_for_memory and not self._holding_back():
                 event = connection.next_event()
                 if event is NEED_DATA:
                     need_data = True
                     break
+                if event is NEED_MEMORY:
+                    self._wait_for_memory()
+                    continue  # granted at once, or the loop ends while we wait
                 if isinstance(event, ConnectionBroken):
                     log.warning("closing connection from %s: %s", self._peer, event.reason)
                     self.abort()
@@ -221,15 +261,45 @@ class ClientProtocol(asyncio.BufferedProtocol):
                     continue
                 assert isinstance(event, RequestReceived)
                 answer = self._start(event)
+                if isinstance(answer, asyncio.Future) and not answer.done():
+                    if event.charged:
+                        answer.add_done_callback(lambda _, charged=event.charged: self._pool.release(charged))
+                else:
+                    self._pool.release(event.charged)
+                    finished_now = True
                 self._unwritten_bytes += _answer_size(answer)
                 self._pending.append(answer)
-                if not isinstance(answer, asyncio.Future) or answer.done():
-                    finished_now = True
             if finished_now:
                 self._write_ready()
-            if need_data or self._closing or self._holding_back():
+            if need_data or self._closing or self._waiting_for_memory or self._holding_back():
                 break
-        self._update_reading()
+
+    def _wait_for_memory(self) -> None:
+        """The pool refused this connection's next buffer: queue for it (reading pauses meanwhile)."""
+        wanted = self._wanted_bytes = self._connection.wanted
+        self._waiting_for_memory = True
+        self._pool.wait(wanted, self._memory_granted)
+        if self._waiting_for_memory:
+            self._limit_events.record(
+                MEMORY_POOL_FULL,
+                "request memory is full (%d of queued.max.request.bytes=%d in use); connections stop "
+                "reading until requests finish (%s waits for %d bytes, %d connections waiting)",
+                self._pool.used,
+                self._pool.capacity,
+                self._peer,
+                wanted,
+                self._pool.waiting,
+            )
+
+    def _memory_granted(self) -> None:
+        """The pool took the bytes this connection waited for: go on reading."""
+        self._waiting_for_memory = False
+        if self._closing:
+            self._pool.release(self._wanted_bytes)  # lost while the grant was on its way: give it back
+            return
+        self._connection.memory_granted()
+        if not self._in_read_events:
+            self._read_events()
 
     def _start(self, event: RequestReceived) -> asyncio.Future | bytes | bytearray | None:
         """Run the request's handler up to its first real suspension, here and now (an "eager" start:
@@ -267,7 +337,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
     def _update_reading(self) -> None:
         if self._closing or self._transport is None:
             return
-        stop = self._holding_back()
+        stop = self._waiting_for_memory or self._holding_back()
         if stop and not self._reading_paused:
             self._reading_paused = True
             self._transport.pause_reading()

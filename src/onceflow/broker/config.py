@@ -24,6 +24,20 @@ class BrokerConfig:
     num_partitions: int = 1  # num.partitions: partitions of auto-created topics and of CreateTopics(-1)
     default_replication_factor: int = 1  # default.replication.factor
     socket_request_max_bytes: int = 104857600  # socket.request.max.bytes (100 MB)
+    # The memory of all requests being read or waiting for their handler (KIP-72's pool; see
+    # broker/memory_pool.py). Kafka's default is -1, no bound: a few hundred connections announcing
+    # big frames then took the broker past the machine's memory. 256 MiB holds a few hundred 1 MB
+    # produce requests at once, 2.5 times the largest single request; 0 or less: no bound, as in Kafka.
+    queued_max_request_bytes: int = 268435456  # queued.max.request.bytes
+    # Connection limits (broker/connection_limits.py; Kafka's names and defaults, 2147483647 = none): a
+    # connection over one is closed at once. Overrides: "host:count,host:count".
+    max_connections: int = 2147483647  # max.connections
+    max_connections_per_ip: int = 2147483647  # max.connections.per.ip
+    max_connections_per_ip_overrides: str = ""  # max.connections.per.ip.overrides
+    max_connection_creation_rate: int = 2147483647  # max.connection.creation.rate (per second)
+    # The sample windows rates are measured over (connection creation rate, client quotas).
+    quota_window_num: int = 11  # quota.window.num
+    quota_window_size_seconds: int = 1  # quota.window.size.seconds
     # A connection that reads and writes nothing for this long is closed (negative: never).
     connections_max_idle_ms: int = 600000  # connections.max.idle.ms (10 minutes)
     # Defaults of the topic configs for topics that do not set their own (Kafka's broker names; the
@@ -102,6 +116,26 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
         self._check_topic_config_defaults()
+        if 0 < self.queued_max_request_bytes < self.socket_request_max_bytes:
+            raise ValueError(
+                f"queued.max.request.bytes ({self.queued_max_request_bytes}) must be at least "
+                f"socket.request.max.bytes ({self.socket_request_max_bytes}), or <= 0 for no bound"
+            )
+        for name in ("max_connections", "max_connections_per_ip", "max_connection_creation_rate"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name.replace('_', '.')} must be >= 0, not {getattr(self, name)}")
+        from onceflow.broker.connection_limits import parse_per_ip_overrides
+
+        overrides = parse_per_ip_overrides(self.max_connections_per_ip_overrides)  # raises ValueError
+        if self.max_connections_per_ip == 0 and not overrides:
+            raise ValueError(
+                "max.connections.per.ip can be 0 only if max.connections.per.ip.overrides is set"
+            )
+        if self.quota_window_num < 1 or self.quota_window_size_seconds < 1:
+            raise ValueError(
+                f"quota.window.num and quota.window.size.seconds must be >= 1, not "
+                f"{self.quota_window_num} and {self.quota_window_size_seconds}"
+            )
         if self.connections_max_idle_ms == 0:
             raise ValueError("connections.max.idle.ms must be positive (or negative: never close), not 0")
         for name in ("offsets_topic_segment_bytes", "transaction_state_log_segment_bytes"):

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from onceflow.broker.client_protocol import ClientProtocol
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import RequestReceived, SupportedApi
+from onceflow.broker.connection_limits import ConnectionLimits, parse_per_ip_overrides
 from onceflow.broker.context import BrokerServices, RequestContext
 from onceflow.broker.data_dir_lock import DataDirLock, lock_data_dir
 from onceflow.broker.faults import Faults
@@ -31,8 +33,10 @@ from onceflow.broker.fetch_session import FetchSessionCache
 from onceflow.broker.group.service import start_group_coordinator
 from onceflow.broker.handlers import HANDLERS
 from onceflow.broker.idle_connections import close_idle_connections
+from onceflow.broker.limit_events import LimitEvents
 from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.malloc_tuning import keep_freed_memory_for_reuse
+from onceflow.broker.memory_pool import MemoryPool
 from onceflow.broker.open_files import raise_open_file_limit
 from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.topics import TopicManager
@@ -82,6 +86,18 @@ class Broker:
         self._log_cleaner_task: asyncio.Task[None] | None = None
         self.port = config.port
         self._data_dir_lock: DataDirLock | None = None
+        # Every limit that bites is counted here (and logged at most once per kind per interval).
+        self.limit_events = LimitEvents()
+        self.memory_pool: MemoryPool | None = None  # queued.max.request.bytes; made on the loop
+        self.connection_limits = ConnectionLimits(
+            max_connections=config.max_connections,
+            max_connections_per_ip=config.max_connections_per_ip,
+            per_ip_overrides=parse_per_ip_overrides(config.max_connections_per_ip_overrides),
+            max_creation_rate=config.max_connection_creation_rate,
+            quota_window_num=config.quota_window_num,
+            quota_window_size_ms=config.quota_window_size_seconds * 1000,
+        )
+        self._admitted: dict[ClientProtocol, str] = {}  # connection -> its address, to release
 
     async def start(self) -> None:
         self._data_dir_lock = lock_data_dir(Path(self.config.data_dir))  # raises DataDirInUse
@@ -93,6 +109,10 @@ class Broker:
 
     async def _start(self) -> None:
         self.topics.load()
+        capacity = self.config.queued_max_request_bytes
+        self.memory_pool = MemoryPool(
+            capacity if capacity > 0 else -1, schedule=asyncio.get_running_loop().call_soon
+        )
         # Bind now (the port is part of the services) but accept only once the coordinators have
         # loaded: a request served earlier would meet no services, or no transaction coordinator and
         # so skip the KIP-890 produce check and TxnOffsetCommit's transaction check.
@@ -198,10 +218,40 @@ class Broker:
             self._dispatch,
             self.supported,
             max_request_bytes=self.config.socket_request_max_bytes,
-            on_close=self._connections.discard,
+            on_close=self._connection_closed,
+            pool=self.memory_pool,
+            limit_events=self.limit_events,
+            on_open=self._admit,
         )
         self._connections.add(connection)
         return connection
+
+    def _admit(self, connection: ClientProtocol) -> bool:
+        """Let a new connection in, or refuse it (a connection limit; see connection_limits)."""
+        address = connection.peer_address
+        refused = self.connection_limits.admit(address, int(time.monotonic() * 1000))
+        if refused is None:
+            self._admitted[connection] = address
+            return True
+        limits = self.connection_limits
+        self.limit_events.record(
+            refused,
+            "refused a connection from %s (%d open from it, %d in all; limits: %d per address, %d in all, "
+            "%d new per second)",
+            address,
+            limits.open_by_address.get(address, 0),
+            limits.open,
+            limits.limit_for(address),
+            limits.max_connections,
+            limits.max_creation_rate,
+        )
+        return False
+
+    def _connection_closed(self, connection: ClientProtocol) -> None:
+        self._connections.discard(connection)
+        address = self._admitted.pop(connection, None)
+        if address is not None:
+            self.connection_limits.release(address)
 
     # -- requests ----------------------------------------------------------------------------------
 

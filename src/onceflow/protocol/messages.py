@@ -1,5 +1,7 @@
 """Request and response classes for APIs kafka-python has no schema for, built by its ``ApiMessage``
-from our JSON schemas in :mod:`onceflow.protocol.schemas`."""
+from our JSON schemas in :mod:`onceflow.protocol.schemas`: the KIP-848 group APIs, and the APIs a
+broker sends to the KRaft controller (registration, heartbeats, AlterPartition, producer-id blocks,
+forwarded admin requests in an Envelope)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,18 @@ from kafka.protocol.api_message import ApiMessage
 import onceflow.protocol.schemas as _schemas
 
 __all__ = [
+    "AllocateProducerIdsRequest",
+    "AllocateProducerIdsResponse",
+    "AlterPartitionRequest",
+    "AlterPartitionResponse",
+    "BrokerHeartbeatRequest",
+    "BrokerHeartbeatResponse",
+    "BrokerRegistrationRequest",
+    "BrokerRegistrationResponse",
+    "EnvelopeRequest",
+    "EnvelopeResponse",
+    "UnregisterBrokerRequest",
+    "UnregisterBrokerResponse",
     "ConsumerGroupDescribeRequest",
     "ConsumerGroupDescribeResponse",
     "ConsumerGroupHeartbeatRequest",
@@ -28,4 +42,52 @@ class ConsumerGroupDescribeRequest(ApiMessage, load_json=_schemas):
 
 
 class ConsumerGroupDescribeResponse(ApiMessage, load_json=_schemas):
+    pass
+
+
+class AllocateProducerIdsRequest(ApiMessage, load_json=_schemas):
+    pass
+
+
+class AllocateProducerIdsResponse(ApiMessage, load_json=_schemas):
+    pass
+
+
+class AlterPartitionRequest(ApiMessage, load_json=_schemas):
+    pass
+
+
+class AlterPartitionResponse(ApiMessage, load_json=_schemas):
+    pass
+
+
+class BrokerHeartbeatRequest(ApiMessage, load_json=_schemas):
+    pass
+
+
+class BrokerHeartbeatResponse(ApiMessage, load_json=_schemas):
+    pass
+
+
+class BrokerRegistrationRequest(ApiMessage, load_json=_schemas):
+    pass
+
+
+class BrokerRegistrationResponse(ApiMessage, load_json=_schemas):
+    pass
+
+
+class EnvelopeRequest(ApiMessage, load_json=_schemas):
+    pass
+
+
+class EnvelopeResponse(ApiMessage, load_json=_schemas):
+    pass
+
+
+class UnregisterBrokerRequest(ApiMessage, load_json=_schemas):
+    pass
+
+
+class UnregisterBrokerResponse(ApiMessage, load_json=_schemas):
     pass
