@@ -1,19 +1,23 @@
 """What a request handler gets: the request's identity and the broker's named services.
 
-Deliberately not a service locator: each service is a named attribute, and services that later
-issues add (producer ids, group and transaction coordinators) are ``None`` until they exist.
+Deliberately not a service locator: each service is a named, typed attribute, and every one exists
+before the broker serves its first request (the coordinators have loaded their partitions by then),
+so no handler checks for a missing one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from onceflow.broker.config import BrokerConfig
     from onceflow.broker.faults import Faults
     from onceflow.broker.fetch_session import FetchSessionCache
+    from onceflow.broker.group.service import GroupService
     from onceflow.broker.topics import TopicManager
+    from onceflow.broker.txn.pid_manager import ProducerIdManager
+    from onceflow.broker.txn.service import TransactionService
 
 
 @dataclass(slots=True)
@@ -27,9 +31,10 @@ class BrokerServices:
     advertised_host: str
     advertised_port: int
     fetch_sessions: FetchSessionCache
-    producer_ids: Any = None
-    groups: Any = None
-    transactions: Any = None
+    # The data dir's one producer-id allocator (InitProducerId; the transaction coordinator shares it).
+    producer_ids: ProducerIdManager
+    groups: GroupService
+    transactions: TransactionService
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,15 +62,15 @@ class RequestContext:
         return self.services.fetch_sessions
 
     @property
-    def producer_ids(self) -> Any:
+    def producer_ids(self) -> ProducerIdManager:
         return self.services.producer_ids
 
     @property
-    def groups(self) -> Any:
+    def groups(self) -> GroupService:
         return self.services.groups
 
     @property
-    def transactions(self) -> Any:
+    def transactions(self) -> TransactionService:
         return self.services.transactions
 
 

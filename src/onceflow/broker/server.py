@@ -114,8 +114,8 @@ class Broker:
             capacity if capacity > 0 else -1, schedule=asyncio.get_running_loop().call_soon
         )
         # Bind now (the port is part of the services) but accept only once the coordinators have
-        # loaded: a request served earlier would meet no services, or no transaction coordinator and
-        # so skip the KIP-890 produce check and TxnOffsetCommit's transaction check.
+        # loaded: a request served earlier would meet a transaction coordinator that has not replayed
+        # __transaction_state yet, and be refused (or pass a KIP-890 check it should not).
         self._server = await asyncio.get_running_loop().create_server(
             self._new_connection,
             self.config.host,
@@ -124,6 +124,11 @@ class Broker:
             start_serving=False,
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        groups = start_group_coordinator(self.config, self.topics, self.faults)
+        # The one producer-id allocator of this data dir (InitProducerId; the transaction coordinator
+        # must use this same instance, or ids could repeat).
+        producer_ids = ProducerIdManager(self.config.data_dir)
+        transactions = TransactionService(self.config, self.topics, groups, self.faults, producer_ids)
         self.services = BrokerServices(
             config=self.config,
             topics=self.topics,
@@ -135,10 +140,9 @@ class Broker:
                 self.config.max_incremental_fetch_session_cache_slots,
                 self.config.min_incremental_fetch_session_eviction_ms,
             ),
-            groups=start_group_coordinator(self.config, self.topics, self.faults),
-            # The one producer-id allocator of this data dir (InitProducerId; the transaction
-            # coordinator must use this same instance, or ids could repeat).
-            producer_ids=ProducerIdManager(self.config.data_dir),
+            producer_ids=producer_ids,
+            groups=groups,
+            transactions=transactions,
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._flusher = asyncio.create_task(self._run_flush_policy(), name="flush-policy")
@@ -153,11 +157,7 @@ class Broker:
                 close_idle_connections(lambda: self._connections, self.config.connections_max_idle_ms),
                 name="idle-connections",
             )
-        transactions = TransactionService(
-            self.config, self.topics, self.services.groups, self.faults, self.services.producer_ids
-        )
         await transactions.start()  # replays __transaction_state, finishes Prepare* transactions
-        self.services.transactions = transactions
         await self._server.start_serving()
         log.info("onceflow broker listening on %s:%d", self.config.host, self.port)
 
@@ -188,9 +188,8 @@ class Broker:
             self._server = None
         if self._log_cleaner is not None:
             self._log_cleaner.close()  # before the logs close: a build may be reading their segments
-        if self.services is not None and self.services.transactions is not None:
+        if self.services is not None:
             await self.services.transactions.stop()
-        if self.services is not None and self.services.groups is not None:
             self.services.groups.shutdown()
         self.topics.flush()
         self.topics.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from onceflow.broker.coordinator.commits import committed
 from onceflow.broker.coordinator.internal_topic import InternalTopicWriter
@@ -216,12 +216,12 @@ class GroupService:
         return results
 
 
-def group_coordinator_config(broker_config: Any) -> GroupCoordinatorConfig:
+def group_coordinator_config(broker_config: BrokerConfig) -> GroupCoordinatorConfig:
     return GroupCoordinatorConfig(
-        group_initial_rebalance_delay_ms=getattr(broker_config, "group_initial_rebalance_delay_ms", 3000),
+        group_initial_rebalance_delay_ms=broker_config.group_initial_rebalance_delay_ms,
         consumer=ConsumerGroupConfig(
-            heartbeat_interval_ms=getattr(broker_config, "group_consumer_heartbeat_interval_ms", 5000),
-            session_timeout_ms=getattr(broker_config, "group_consumer_session_timeout_ms", 45000),
+            heartbeat_interval_ms=broker_config.group_consumer_heartbeat_interval_ms,
+            session_timeout_ms=broker_config.group_consumer_session_timeout_ms,
         ),
     )
 

@@ -30,8 +30,7 @@ def _delete(ctx: RequestContext, name: str | None, topic_id) -> _Result:
         return _Result(
             name=name, topic_id=topic_id, error_code=int(error_code_for(exc)), error_message=str(exc)
         )
-    if ctx.groups is not None:
-        ctx.groups.on_partitions_deleted((name, p.index) for p in deleted.partitions)
+    ctx.groups.on_partitions_deleted((name, p.index) for p in deleted.partitions)
     return _Result(name=name, topic_id=deleted.topic_id, error_code=0, error_message=None)
 
 

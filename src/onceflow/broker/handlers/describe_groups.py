@@ -6,7 +6,6 @@ from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsRes
 
 from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 15
@@ -20,16 +19,6 @@ _NOT_REQUESTED = None  # kafka-python encodes None as the -2^31 marker
 
 
 async def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -> _Group:
-    if no_coordinator(ctx):
-        return _Group(
-            error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-            group_id=group_id,
-            group_state="",
-            protocol_type="",
-            protocol_data="",
-            members=[],
-            authorized_operations=_NOT_REQUESTED,
-        )
     try:
         d = await ctx.groups.describe_group(group_id)
     except KafkaError as exc:

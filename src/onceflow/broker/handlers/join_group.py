@@ -8,9 +8,8 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import CLIENT_HOST, no_coordinator
+from onceflow.broker.group.handler_support import CLIENT_HOST
 from onceflow.broker.group.requests import JoinRequest, JoinResult
-from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 11
 MIN_VERSION = 0
@@ -35,8 +34,6 @@ def _response(result: JoinResult) -> JoinGroupResponse:
 
 
 async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
-    if no_coordinator(ctx):
-        return _response(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, request.member_id))
     v = ctx.api_version
     join = JoinRequest(
         group_id=request.group_id,

@@ -7,7 +7,6 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 9
@@ -35,8 +34,6 @@ async def _fetch(
     wanted = None
     if topics is not None:
         wanted = [(t.name, p) for t in topics for p in t.partition_indexes or []]
-    if no_coordinator(ctx):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
     try:
         top, rows = await ctx.groups.fetch_offsets(
             group_id, wanted, require_stable=require_stable, member_id=member_id, member_epoch=member_epoch

@@ -37,8 +37,6 @@ _Partition = _Topic.TxnOffsetCommitResponsePartition
 
 
 async def _check_transaction(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
-    if ctx.transactions is None:
-        return ErrorCode.NONE  # no transaction coordinator here: nothing to verify against
     coordinator = ctx.transactions.coordinator
     tid, pid, epoch = request.transactional_id, request.producer_id, request.producer_epoch
     if ctx.api_version >= FIRST_TV2_TXN_OFFSET_COMMIT_VERSION:
@@ -59,8 +57,6 @@ async def _check_transaction(ctx: RequestContext, request: TxnOffsetCommitReques
 
 
 async def _commit(ctx: RequestContext, request: TxnOffsetCommitRequest, offsets) -> tuple[ErrorCode, dict]:
-    if ctx.groups is None:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
     code = await _check_transaction(ctx, request)
     if code is not ErrorCode.NONE:
         return code, {}

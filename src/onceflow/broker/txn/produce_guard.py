@@ -12,7 +12,8 @@ holding the LSO back forever (a hanging transaction).
   transaction being completed, a loading coordinator) answer NOT_ENOUGH_REPLICAS, which producers
   retry, as Kafka does for old clients; a stale epoch answers INVALID_PRODUCER_EPOCH.
 - Produce v12+ (transaction protocol v2): the broker adds the partitions itself
-  (``add_partitions_to_txn`` with TV_2) before appending, so clients send no AddPartitionsToTxn.
+  (``add_partitions_to_txn`` with TV_2, from the Produce handler) before appending, so clients send no
+  AddPartitionsToTxn.
   The same translations apply, except that CONCURRENT_TRANSACTIONS is answered as it is: with TV_2
   it is the usual answer while the previous transaction's markers go out, and these clients retry
   it (Kafka's ReplicaManager makes the same exception for clients that support the epoch bump).
@@ -20,11 +21,14 @@ holding the LSO back forever (a hanging transaction).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from onceflow.broker.txn.metadata import TV_2
-from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError, error_code_for
-from onceflow.protocol.records import BatchHeader, read_header
+from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError
+from onceflow.protocol.records import BatchHeader
+
+if TYPE_CHECKING:
+    from onceflow.broker.topics import Partition
+    from onceflow.broker.txn.service import TransactionService
 from onceflow.protocol.transaction_versions import FIRST_ABORTABLE_PRODUCE_VERSION, FIRST_TV2_PRODUCE_VERSION
 
 # Coordinator answers a producer may not retry on a Produce; NOT_ENOUGH_REPLICAS makes every producer
@@ -35,7 +39,9 @@ _RETRIED_AS_NOT_ENOUGH_REPLICAS = COORDINATOR_MOVED | {
 }
 
 
-def _produce_error(code: ErrorCode, message: str, produce_version: int) -> KafkaError:
+def produce_error(code: ErrorCode, message: str, produce_version: int) -> KafkaError:
+    """What a Produce answers for the coordinator's ``code`` about its transaction (Kafka's
+    ReplicaManager translations, by Produce version)."""
     if code == ErrorCode.TRANSACTION_ABORTABLE and produce_version < FIRST_ABORTABLE_PRODUCE_VERSION:
         code = ErrorCode.INVALID_TXN_STATE
     elif code in _RETRIED_AS_NOT_ENOUGH_REPLICAS or (
@@ -55,16 +61,16 @@ def _first_transactional(batches: list[tuple[BatchHeader, memoryview]]) -> Batch
 
 
 def verify_transactional_append(
-    transactions: Any,
+    transactions: TransactionService,
     transactional_id: str | None,
     topic: str,
-    partition: Any,
+    partition: Partition,
     batches: list[tuple[BatchHeader, memoryview]],
     produce_version: int,
 ) -> None:
     """Raise the produce error for a transactional batch the coordinator has not admitted (v3-11)."""
     header = _first_transactional(batches)
-    if header is None or transactions is None:
+    if header is None:
         return
     if not transactional_id:
         raise KafkaError(
@@ -72,7 +78,7 @@ def verify_transactional_append(
             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         )
     if produce_version >= FIRST_TV2_PRODUCE_VERSION:
-        return  # added by add_partitions_for_produce before the appends
+        return  # added by the Produce handler before the appends (handlers.produce)
     entry = partition.log.producer_state.last_entry(header.producer_id)
     if (
         entry is not None
@@ -85,38 +91,9 @@ def verify_transactional_append(
         transactional_id, header.producer_id, header.producer_epoch, [tp]
     )[tp]
     if code != ErrorCode.NONE:
-        raise _produce_error(
+        raise produce_error(
             ErrorCode(code),
             f"{topic}-{partition.index} is not in the transaction of {transactional_id!r} "
             f"(producer {header.producer_id} epoch {header.producer_epoch}): {ErrorCode(code).name}",
             produce_version,
         )
-
-
-async def add_partitions_for_produce(ctx: Any, request: Any) -> dict[tuple[str, int], KafkaError]:
-    """Produce v12+: add every partition with transactional batches to the producer's transaction
-    (TV_2); returns the error for partitions that could not be added."""
-    transactions = ctx.transactions
-    transactional_id = request.transactional_id
-    if transactions is None or not transactional_id:
-        return {}
-    wanted: list[tuple[str, int]] = []
-    producer: tuple[int, int] | None = None
-    for topic_data in request.topic_data:
-        for data in topic_data.partition_data:
-            if not data.records or len(data.records) < 61:
-                continue
-            header = read_header(memoryview(data.records))
-            if header.is_transactional:
-                wanted.append((topic_data.name, data.index))
-                producer = (header.producer_id, header.producer_epoch)
-    if not wanted or producer is None:
-        return {}
-    try:
-        await transactions.coordinator.add_partitions_to_txn(
-            transactional_id, producer[0], producer[1], wanted, transaction_version=TV_2
-        )
-    except KafkaError as exc:
-        error = _produce_error(error_code_for(exc), str(exc), FIRST_TV2_PRODUCE_VERSION)
-        return dict.fromkeys(wanted, error)
-    return {}

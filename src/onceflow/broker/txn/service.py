@@ -23,19 +23,28 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from onceflow.broker import faults as fault_points
+from onceflow.broker.coordinator.commits import committed
 from onceflow.broker.coordinator.internal_topic import InternalTopicWriter
 from onceflow.broker.coordinator.scheduler import AsyncioScheduler
 from onceflow.broker.txn.config import TransactionConfig
-from onceflow.broker.txn.coordinator import TransactionCoordinator
+from onceflow.broker.txn.coordinator import TransactionCoordinator, TransactionDescription
 from onceflow.broker.txn.markers import TxnMarker
 from onceflow.broker.txn.pid_manager import ProducerIdManager
+from onceflow.broker.txn.state_manager import ListTransactionsResult
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
 from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from onceflow.protocol.records import control_batch_for_append
+
+if TYPE_CHECKING:
+    from onceflow.broker.config import BrokerConfig
+    from onceflow.broker.faults import Faults
+    from onceflow.broker.group.service import GroupService
+    from onceflow.broker.topics import TopicManager
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +56,8 @@ def _now_ms() -> int:
 
 
 def write_marker(
-    topics: Any,
-    groups: Any,
+    topics: TopicManager,
+    groups: GroupService,
     topic: str,
     partition: int,
     *,
@@ -62,7 +71,7 @@ def write_marker(
     re-sent marker) is accepted and completes nothing. A marker for ``__consumer_offsets`` is an
     operation of the group coordinator, whose replay of it publishes or drops the producer's offsets."""
     target = topics.get_partition(topic, partition)  # raises UnknownTopicOrPartition
-    if topic == CONSUMER_OFFSETS_TOPIC and groups is not None:
+    if topic == CONSUMER_OFFSETS_TOPIC:
         groups.complete_transaction(
             partition, producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
         )
@@ -81,13 +90,13 @@ class LocalMarkerWriter:
     """The coordinator's :class:`~onceflow.broker.txn.markers.MarkerWriter`: this broker leads every
     partition, so markers go straight to the logs."""
 
-    def __init__(self, topics: Any, groups: Any, faults: Any) -> None:
+    def __init__(self, topics: TopicManager, groups: GroupService, faults: Faults) -> None:
         self._topics = topics
         self._groups = groups
         self._faults = faults
 
     async def write_markers(self, marker: TxnMarker) -> None:
-        if self._faults is not None and self._faults.fire(fault_points.CRASH_AFTER_PREPARE):
+        if self._faults.fire(fault_points.CRASH_AFTER_PREPARE):
             # The decision (PrepareCommit/PrepareAbort) is in __transaction_state; no marker is.
             log.error("fault crash-after-prepare: exiting before the markers of %r", marker.transactional_id)
             logging.shutdown()
@@ -112,7 +121,7 @@ class LocalMarkerWriter:
                 ) from exc
 
 
-def transaction_config_from(broker_config: Any, topics: Any = None) -> TransactionConfig:
+def transaction_config_from(broker_config: BrokerConfig, topics: TopicManager) -> TransactionConfig:
     """The coordinator's settings from the broker config (same Kafka names, snake case). The
     ``__consumer_offsets`` partition count must be the group coordinator's: the topic's own count if
     it exists, else the group coordinator's default (the group for AddOffsetsToTxn hashes onto it)."""
@@ -127,7 +136,7 @@ def transaction_config_from(broker_config: Any, topics: Any = None) -> Transacti
         "transaction_remove_expired_transaction_cleanup_interval_ms",
     )
     values = {name: getattr(broker_config, name, getattr(defaults, name)) for name in names}
-    offsets = topics.get(CONSUMER_OFFSETS_TOPIC) if topics is not None else None
+    offsets = topics.get(CONSUMER_OFFSETS_TOPIC)
     values["offsets_topic_num_partitions"] = (
         len(offsets.partitions)
         if offsets is not None
@@ -141,18 +150,18 @@ class TransactionService:
 
     def __init__(
         self,
-        broker_config: Any,
-        topics: Any,
-        groups: Any,
-        faults: Any,
-        producer_ids: ProducerIdManager | None = None,
+        broker_config: BrokerConfig,
+        topics: TopicManager,
+        groups: GroupService,
+        faults: Faults,
+        producer_ids: ProducerIdManager,
     ) -> None:
         self.config = transaction_config_from(broker_config, topics)
         self._topics = topics
         self._groups = groups
-        # Share the broker's allocator (InitProducerId for idempotent producers uses it too): two
-        # allocators over one data dir could hand out the same id.
-        self.producer_ids = producer_ids or ProducerIdManager(broker_config.data_dir)
+        # The broker's allocator (InitProducerId for idempotent producers uses it too): two allocators
+        # over one data dir could hand out the same id.
+        self.producer_ids = producer_ids
         self.coordinator = TransactionCoordinator(
             log_writer=InternalTopicWriter(
                 topics, TRANSACTION_STATE_TOPIC, self.config.transaction_state_log_num_partitions, faults
@@ -177,6 +186,22 @@ class TransactionService:
         await self.coordinator.drain_completions()
         self.coordinator.shutdown()
 
-    def write_marker(self, topic: str, partition: int, **kwargs: Any) -> None:
-        """WriteTxnMarkers: the same append the coordinator's own markers use."""
-        write_marker(self._topics, self._groups, topic, partition, **kwargs)
+    async def describe_transactions(self, transactional_ids: Iterable[str]) -> list[TransactionDescription]:
+        """DescribeTransactions, answered once what it shows is committed."""
+        described = self.coordinator.describe_transactions(transactional_ids)
+        await self._all_committed()
+        return described
+
+    async def list_transactions(
+        self, state_filters: Iterable[str], producer_id_filters: Iterable[int], duration_filter_ms: int
+    ) -> ListTransactionsResult:
+        """ListTransactions (raises COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR when not serving),
+        answered once what it shows is committed."""
+        listed = self.coordinator.list_transactions(state_filters, producer_id_filters, duration_filter_ms)
+        await self._all_committed()
+        return listed
+
+    async def _all_committed(self) -> None:
+        runtime = self.coordinator.runtime
+        for partition in runtime.active_partitions():
+            await committed(runtime, partition)

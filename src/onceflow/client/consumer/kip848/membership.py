@@ -2,7 +2,7 @@
 
 With ``group.protocol=consumer`` the coordinator assigns the partitions; a member only heartbeats
 (ConsumerGroupHeartbeat) and moves towards the assignment each answer carries. The driver
-(:mod:`.consumer_protocol`) asks this object for heartbeats, feeds the answers back, and runs the
+(:mod:`.driver`) asks this object for heartbeats, feeds the answers back, and runs the
 reconciliation it computes (revoke, then assign) inside the consumer's poll, where the user's
 callbacks run. Every rule about epochs, what a heartbeat must carry and which errors mean "rejoin",
 "find the coordinator again" or "give up" lives here, testable without a broker.
@@ -30,7 +30,7 @@ import enum
 import uuid
 from dataclasses import dataclass, field
 
-from onceflow.client.consumer.group import Action
+from onceflow.client.consumer.actions import Action
 from onceflow.client.consumer.structs import TopicPartition
 from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError
 from onceflow.protocol.messages import ConsumerGroupHeartbeatRequest
