@@ -14,12 +14,12 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from onceflow.broker.coordinator.scheduler import ManualScheduler
 from onceflow.broker.group.config import GroupCoordinatorConfig
 from onceflow.broker.group.consumer_groups import ConsumerGroupConfig, HeartbeatRequest
 from onceflow.broker.group.coordinator import GroupCoordinator, OffsetCommitEntry
 from onceflow.broker.group.persistence import InMemoryOffsetsTopic
 from onceflow.broker.group.requests import JoinRequest
-from onceflow.broker.group.scheduler import ManualScheduler
 from onceflow.broker.group.state import GroupState
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
@@ -54,7 +54,7 @@ def new_coordinator(clock, log) -> GroupCoordinator:
 def view(coord: GroupCoordinator, partition: int) -> dict:
     """Everything of ``partition`` that its records decide."""
     mine = lambda gid: coord.partition_for(gid) == partition  # noqa: E731
-    offsets = coord._offsets
+    offsets = coord.offsets
     committed = {
         (g, tp): (v.offset, v.metadata)
         for g in offsets.group_ids()
@@ -63,7 +63,7 @@ def view(coord: GroupCoordinator, partition: int) -> dict:
     }
     pending = {
         (pid, g, tp): v.offset
-        for pid, groups in offsets._pending.items()
+        for pid, groups in offsets.pending_offsets().items()
         for g, tps in groups.items()
         if mine(g)
         for tp, v in tps.items()
@@ -80,10 +80,10 @@ def view(coord: GroupCoordinator, partition: int) -> dict:
     }
     classic = {
         gid: (g.generation_id, g.protocol_name, {m.member_id: m.assignment for m in g.members.values()})
-        for gid, g in coord._groups.items()
+        for gid, g in coord.classic_groups.items()
         if mine(gid) and g.is_in(GroupState.STABLE)
     }
-    empty = {gid for gid, g in coord._groups.items() if mine(gid) and g.is_in(GroupState.EMPTY)}
+    empty = {gid for gid, g in coord.classic_groups.items() if mine(gid) and g.is_in(GroupState.EMPTY)}
     return {
         "committed": committed,
         "pending": pending,
@@ -107,7 +107,7 @@ def settled_view(coord: GroupCoordinator, partition: int, live: GroupCoordinator
     """``coord``'s view, with only the classic groups that ``live`` has settled (a group rebalancing
     in memory has newer members than its last record, by design)."""
     v = view(coord, partition)
-    live_groups = live._groups
+    live_groups = live.classic_groups
     v["classic"] = {
         g: x for g, x in v["classic"].items() if g in live_groups and live_groups[g].is_in(GroupState.STABLE)
     }
@@ -262,7 +262,7 @@ def test_memory_is_always_the_log_and_a_crash_keeps_what_was_told(ops, rnd):
             history[p].append((len(log.batches[p]), view(coord, p)))
         # What clients were told is what the coordinator has.
         for (group_id, tp), offset in told_offsets.items():
-            value = coord._offsets.get(group_id, tp)
+            value = coord.offsets.get(group_id, tp)
             assert (value.offset == offset) if value is not None else op == "advance"  # None: expired
         live = coord.consumer_groups.get("cg")
         for member, (epoch, assignment) in told_members.items():
@@ -270,7 +270,7 @@ def test_memory_is_always_the_log_and_a_crash_keeps_what_was_told(ops, rnd):
                 assert live.members[member].assignment.epoch == epoch
                 assert live.members[member].assignment.assigned == assignment
         told_members = {m: t for m, t in told_members.items() if live is not None and m in live.members}
-        told_offsets = {k: v for k, v in told_offsets.items() if coord._offsets.get(*k) is not None}
+        told_offsets = {k: v for k, v in told_offsets.items() if coord.offsets.get(*k) is not None}
 
     # A crash that keeps a random prefix of each partition's batches: the state of that moment.
     cut = {}

@@ -2,8 +2,9 @@
 KIP-848, persisted in ``__consumer_offsets`` through the coordinator runtime
 (:mod:`onceflow.broker.coordinator`).
 
-- :mod:`.coordinator`: the runtime's shard: the groups and offsets of the loaded partitions, every
-  API as an operation (records out, replayed back in), admin operations, expiry.
+- :mod:`.coordinator`: every API, run as an operation of the group's partition on the runtime.
+- :mod:`.shard`, :mod:`.offset_operations`: the runtime's shard: the groups and offsets of the loaded
+  partitions, what each operation emits, and how the records replay.
 - :mod:`.service`: what the broker's handlers await (answers held until their records are committed).
 - :mod:`.state`: the classic state machine as a transition table.
 - :mod:`.metadata`, :mod:`.member`: one classic group and its members.

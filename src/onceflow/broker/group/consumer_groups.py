@@ -33,11 +33,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from onceflow.broker.coordinator.scheduler import Scheduler, TimerHandle
 from onceflow.broker.group import assignment as a
 from onceflow.broker.group import consumer_group_records as rec
 from onceflow.broker.group.assignment import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment
 from onceflow.broker.group.reconciliation import MemberAssignment, MemberState, next_assignment
-from onceflow.broker.group.scheduler import Scheduler, TimerHandle
 from onceflow.broker.patterns import compile_pattern
 from onceflow.protocol.errors import ErrorCode, KafkaError
 

@@ -22,6 +22,7 @@ import logging
 import uuid
 from collections.abc import Callable
 
+from onceflow.broker.coordinator.scheduler import Scheduler
 from onceflow.broker.group.config import GroupCoordinatorConfig
 from onceflow.broker.group.member import Member
 from onceflow.broker.group.metadata import GroupMetadata
@@ -34,7 +35,6 @@ from onceflow.broker.group.requests import (
     SyncCallback,
     SyncResult,
 )
-from onceflow.broker.group.scheduler import Scheduler
 from onceflow.broker.group.state import GroupEvent, GroupState
 from onceflow.protocol.errors import ErrorCode, KafkaError
 

@@ -10,9 +10,9 @@ import dataclasses
 import logging
 from collections import Counter
 
+from onceflow.broker.coordinator.scheduler import TimerHandle
 from onceflow.broker.group.log_format import GroupValue, MemberRecord
 from onceflow.broker.group.member import Member
-from onceflow.broker.group.scheduler import TimerHandle
 from onceflow.broker.group.state import GroupEvent, GroupState, next_state
 
 log = logging.getLogger(__name__)

@@ -97,5 +97,9 @@ class OffsetStore:
                     made_visible.append((group_id, tp))
         return made_visible
 
+    def pending_offsets(self) -> dict[int, dict[str, dict[TopicPartition, CommittedOffset]]]:
+        """Every pending offset: producer id -> group -> partition -> offset (a copy)."""
+        return {pid: {g: dict(tps) for g, tps in groups.items()} for pid, groups in self._pending.items()}
+
     def pending_producers(self) -> Iterable[int]:
         return list(self._pending)

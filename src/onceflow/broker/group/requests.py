@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from onceflow.broker.coordinator.scheduler import TimerHandle
 from onceflow.broker.group.log_format import GroupValue
 from onceflow.broker.group.metadata import GroupMetadata
-from onceflow.broker.group.scheduler import TimerHandle
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 

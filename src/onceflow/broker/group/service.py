@@ -26,6 +26,7 @@ from onceflow.broker.group.consumer_groups import (
 from onceflow.broker.group.coordinator import GroupCoordinator, OffsetCommitEntry
 from onceflow.broker.group.descriptions import GroupDescription, GroupListing
 from onceflow.broker.group.handler_support import await_callback
+from onceflow.broker.group.metadata import GroupMetadata
 from onceflow.broker.group.offsets import CommittedOffset, TopicPartition
 from onceflow.broker.group.requests import JoinRequest, JoinResult, SyncResult
 from onceflow.protocol.errors import ErrorCode, KafkaError
@@ -52,6 +53,10 @@ class GroupService:
 
     def shutdown(self) -> None:
         self.coordinator.shutdown()
+
+    def group(self, group_id: str) -> GroupMetadata | None:
+        """The live classic group (read-only: tests, tools)."""
+        return self.coordinator.group(group_id)
 
     # -- membership ----------------------------------------------------------------------------------
 
