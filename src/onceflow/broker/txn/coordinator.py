@@ -101,10 +101,6 @@ def _system_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-_ABORT_TIMER = "abort-timed-out-transactions"
-_EXPIRY_TIMER = "expire-transactional-ids"
-
-
 class TransactionCoordinator:
     def __init__(
         self,
@@ -165,12 +161,12 @@ class TransactionCoordinator:
         """Run the abort and expiry timers on every loaded partition (and on those loaded later)."""
         self._timers_started = True
         for partition in self.runtime.active_partitions():
-            self._schedule_timers(partition)
+            timeouts.schedule_timers(self, partition)
 
     def stop_timers(self) -> None:
         self._timers_started = False
         for partition in range(self.runtime.num_partitions):
-            for key in (_ABORT_TIMER, _EXPIRY_TIMER):
+            for key in timeouts.TIMER_KEYS:
                 self.runtime.cancel_timer(partition, key)
 
     def shutdown(self) -> None:
@@ -185,7 +181,7 @@ class TransactionCoordinator:
     def on_loaded(self, partition: int) -> None:
         self.state.on_loaded(partition)
         if self._timers_started:
-            self._schedule_timers(partition)
+            timeouts.schedule_timers(self, partition)
 
     def on_unloaded(self, partition: int) -> None:
         self.state.on_unloaded(partition)
@@ -425,12 +421,13 @@ class TransactionCoordinator:
         await self._write(metadata, decision)
         answer = _next_producer(metadata)
         if self._complete_in_background:
-            self._complete_soon(metadata)
+            self.complete_soon(metadata)
         else:
             await self._complete(metadata)
         return answer
 
-    def _complete_soon(self, metadata: TransactionMetadata) -> None:
+    def complete_soon(self, metadata: TransactionMetadata) -> None:
+        """Write the markers and Complete* of ``metadata``'s transaction in a task of its own."""
         # Not an eager task: it must run after the handler returns and its answer is written.
         task = asyncio.get_running_loop().create_task(
             self._complete(metadata), name=f"txn-complete-{metadata.transactional_id}"
@@ -511,7 +508,7 @@ class TransactionCoordinator:
         aborted = []
         for partition in self.runtime.active_partitions():
             try:
-                fenced = self.runtime.write(partition, lambda p=partition: self._fence_timed_out(p)) or []
+                fenced = self.runtime.write(partition, lambda p=partition: self.fence_timed_out(p)) or []
                 await committed(self.runtime, partition)
             except KafkaError as exc:
                 log.warning("__transaction_state-%d: timeout aborts failed (%s)", partition, exc)
@@ -521,7 +518,7 @@ class TransactionCoordinator:
                 aborted.append(metadata.transactional_id)
         return aborted
 
-    def _fence_timed_out(self, partition: int) -> CoordinatorResult[list[TransactionMetadata]]:
+    def fence_timed_out(self, partition: int) -> CoordinatorResult[list[TransactionMetadata]]:
         return timeouts.fence_timed_out(self.state, partition, self._clock_ms())
 
     async def expire_transactional_ids(self) -> list[str]:
@@ -529,63 +526,14 @@ class TransactionCoordinator:
         removed: list[str] = []
         for partition in self.runtime.active_partitions():
             try:
-                removed += self.runtime.write(partition, lambda p=partition: self._expire(p)) or []
+                removed += self.runtime.write(partition, lambda p=partition: self.expire_idle(p)) or []
                 await committed(self.runtime, partition)
             except KafkaError as exc:
                 log.warning("__transaction_state-%d: expiry failed (%s)", partition, exc)
         return removed
 
-    def _expire(self, partition: int) -> CoordinatorResult[list[str]]:
+    def expire_idle(self, partition: int) -> CoordinatorResult[list[str]]:
         return timeouts.expire_idle(self.state, partition, self._clock_ms())
-
-    def _schedule_timers(self, partition: int) -> None:
-        """The two periodic operations of a loaded partition; each schedules its next run first."""
-        config = self.config
-
-        def abort_timed_out() -> CoordinatorResult[list[TransactionMetadata]]:
-            self.runtime.schedule_timer(
-                partition,
-                config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-                abort_timed_out,
-                key=_ABORT_TIMER,
-                retry=False,
-            )
-            result = self._fence_timed_out(partition)
-            fenced = result.response or []
-
-            def complete() -> None:
-                # The fenced transactions, and those whose markers failed earlier.
-                for metadata in {*fenced, *self.state.ids_of(partition)}:
-                    if metadata.state in PREPARE_STATES and not metadata.pending_transition_in_progress:
-                        self._complete_soon(metadata)
-
-            result.on_written = complete
-            return result
-
-        def expire() -> CoordinatorResult[list[str]]:
-            self.runtime.schedule_timer(
-                partition,
-                config.transaction_remove_expired_transaction_cleanup_interval_ms,
-                expire,
-                key=_EXPIRY_TIMER,
-                retry=False,
-            )
-            return self._expire(partition)
-
-        self.runtime.schedule_timer(
-            partition,
-            config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-            abort_timed_out,
-            key=_ABORT_TIMER,
-            retry=False,
-        )
-        self.runtime.schedule_timer(
-            partition,
-            config.transaction_remove_expired_transaction_cleanup_interval_ms,
-            expire,
-            key=_EXPIRY_TIMER,
-            retry=False,
-        )
 
     # -- admin ---------------------------------------------------------------------------------------
 

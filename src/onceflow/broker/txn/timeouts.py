@@ -15,13 +15,21 @@ they were and the next run tries again.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from onceflow.broker.coordinator.records import CoordinatorResult
-from onceflow.broker.txn.metadata import TransactionMetadata, TxnTransition
+from onceflow.broker.txn.metadata import PREPARE_STATES, TransactionMetadata, TxnTransition
 from onceflow.broker.txn.state_manager import TransactionStateManager, transition_record
 from onceflow.protocol.errors import KafkaError
 
+if TYPE_CHECKING:
+    from onceflow.broker.txn.coordinator import TransactionCoordinator
+
 log = logging.getLogger(__name__)
+
+ABORT_TIMER = "abort-timed-out-transactions"
+EXPIRY_TIMER = "expire-transactional-ids"
+TIMER_KEYS = (ABORT_TIMER, EXPIRY_TIMER)
 
 
 def _batch_of(
@@ -53,3 +61,33 @@ def expire_idle(state: TransactionStateManager, partition: int, now_ms: int) -> 
     if prepared:
         log.info("expiring %d idle transactional ids of __transaction_state-%d", len(prepared), partition)
     return _batch_of(prepared, [m.transactional_id for m, _ in prepared])
+
+
+def schedule_timers(coordinator: TransactionCoordinator, partition: int) -> None:
+    """The two periodic operations of a loaded partition (each schedules its next run first):
+    aborting timed-out transactions, then completing them and any completion that failed earlier, on
+    ``transaction.abort.timed.out.transaction.cleanup.interval.ms``; expiring idle ids on
+    ``transaction.remove.expired.transaction.cleanup.interval.ms``."""
+    runtime, config = coordinator.runtime, coordinator.config
+    abort_ms = config.transaction_abort_timed_out_transaction_cleanup_interval_ms
+    expire_ms = config.transaction_remove_expired_transaction_cleanup_interval_ms
+
+    def abort_timed_out() -> CoordinatorResult[list[TransactionMetadata]]:
+        runtime.schedule_timer(partition, abort_ms, abort_timed_out, key=ABORT_TIMER, retry=False)
+        result = coordinator.fence_timed_out(partition)
+        fenced = result.response or []
+
+        def complete() -> None:
+            for metadata in {*fenced, *coordinator.state.ids_of(partition)}:
+                if metadata.state in PREPARE_STATES and not metadata.pending_transition_in_progress:
+                    coordinator.complete_soon(metadata)
+
+        result.on_written = complete
+        return result
+
+    def expire() -> CoordinatorResult[list[str]]:
+        runtime.schedule_timer(partition, expire_ms, expire, key=EXPIRY_TIMER, retry=False)
+        return coordinator.expire_idle(partition)
+
+    runtime.schedule_timer(partition, abort_ms, abort_timed_out, key=ABORT_TIMER, retry=False)
+    runtime.schedule_timer(partition, expire_ms, expire, key=EXPIRY_TIMER, retry=False)
