@@ -1,5 +1,6 @@
-"""OffsetCommit (8): store a group's consumed positions in ``__consumer_offsets``; acknowledged after
-the append. v10 names topics by id only and is not offered. The version goes to the coordinator: a
+"""OffsetCommit (8): store a group's consumed positions in ``__consumer_offsets``; acknowledged once
+the append is committed (a failed one: NOT_COORDINATOR, retriable). v10 names topics by id only and
+is not offered. The version goes to the coordinator: a
 member of a consumer-protocol group (KIP-848) must commit with v9, which carries its member epoch, and
 is answered UNSUPPORTED_VERSION below it; a commit with a generation to a group that does not exist
 is GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION below (Kafka's rules)."""
