@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from onceflow.broker.faults import Faults
     from onceflow.broker.fetch_session import FetchSessionCache
     from onceflow.broker.group.service import GroupService
+    from onceflow.broker.quotas.manager import ClientQuotas
     from onceflow.broker.topics import TopicManager
     from onceflow.broker.txn.pid_manager import ProducerIdManager
     from onceflow.broker.txn.service import TransactionService
@@ -35,6 +36,7 @@ class BrokerServices:
     producer_ids: ProducerIdManager
     groups: GroupService
     transactions: TransactionService
+    quotas: ClientQuotas | None = None  # client quotas (broker/quotas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,10 @@ class RequestContext:
     @property
     def transactions(self) -> TransactionService:
         return self.services.transactions
+
+    @property
+    def quotas(self) -> ClientQuotas | None:
+        return self.services.quotas
 
 
 class CloseConnection(Exception):  # noqa: N818 - an instruction, not an error condition
