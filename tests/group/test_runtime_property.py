@@ -98,8 +98,8 @@ def reloaded(log: InMemoryOffsetsTopic, counts: dict[int, int] | None = None) ->
     copy = InMemoryOffsetsTopic(PARTITIONS)
     for p in range(PARTITIONS):
         batches = log.batches[p] if counts is None else log.batches[p][: counts[p]]
-        copy.batches[p] = list(batches)
-    copy.release_high_watermark()
+        for batch in batches:
+            copy.append(p, batch)
     return new_coordinator(ManualScheduler(), copy)
 
 

@@ -53,6 +53,7 @@ class InMemoryPartitionWriter:
         self.fail_appends: Exception | None = None
         self.hold_high_watermark = False
         self._high_watermarks = dict.fromkeys(range(num_partitions), 0)
+        self._ends = dict.fromkeys(range(num_partitions), 0)
         self._listener: HighWatermarkListener | None = None
 
     @property
@@ -63,7 +64,8 @@ class InMemoryPartitionWriter:
         if self.fail_appends is not None:
             raise self.fail_appends
         self.batches[partition].append(batch)
-        end = self.log_end_offset(partition)
+        self._ends[partition] += max(len(batch.records), 1)  # an offset per record, one for a marker
+        end = self._ends[partition]
         if not self.hold_high_watermark:
             self._advance(partition, end)
         return end
@@ -76,8 +78,7 @@ class InMemoryPartitionWriter:
         return iter(list(self.batches[partition]))
 
     def log_end_offset(self, partition: int) -> int:
-        # One offset per record, one for a marker: offsets as a log would give them.
-        return sum(max(len(b.records), 1) for b in self.batches[partition])
+        return self._ends[partition]
 
     def high_watermark(self, partition: int) -> int:
         return self._high_watermarks[partition]
@@ -94,6 +95,7 @@ class InMemoryPartitionWriter:
     def truncate(self, partition: int, batch_count: int) -> None:
         """Keep the first ``batch_count`` batches (a crash that lost the rest)."""
         del self.batches[partition][batch_count:]
+        self._ends[partition] = sum(max(len(b.records), 1) for b in self.batches[partition])
         self._high_watermarks[partition] = min(
             self._high_watermarks[partition], self.log_end_offset(partition)
         )

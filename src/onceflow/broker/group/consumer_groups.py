@@ -120,22 +120,29 @@ class ConsumerGroup:
 
     def working_copy(self) -> ConsumerGroup:
         """A copy to work out a change on: the live group stays as it is until the change's records
-        are replayed into it. Members are copied without their timers (those stay the live ones')."""
+        are replayed into it. Members are shared until :meth:`own` copies the one a change touches."""
         return ConsumerGroup(
             self.group_id,
             self.epoch,
             self.target_epoch,
             dict(self.target),
-            {
-                mid: dataclasses.replace(m, session_timer=None, rebalance_timer=None)
-                for mid, m in self.members.items()
-            },
+            dict(self.members),
             dict(self.topics),
             dict(self.owners),
             dict(self.static_members),
             self.assignor,
             self.persisted,  # read only: what the change is compared with
         )
+
+    def own(self, member_id: str) -> ConsumerMember:
+        """The member, copied into this working copy (without timers: those stay the live one's), so
+        that changing it leaves the live group alone."""
+        shared = self.members[member_id]
+        member = ConsumerMember.__new__(ConsumerMember)
+        member.__dict__.update(shared.__dict__)
+        member.session_timer = member.rebalance_timer = None
+        self.members[member_id] = member
+        return member
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -160,7 +167,7 @@ class ConsumerGroup:
                 del self.owners[tp]
 
     def remove(self, member: ConsumerMember) -> None:
-        member.cancel_timers()
+        """Take the member out (its timers are the replay's to cancel: this may be a working copy)."""
         self._release(member)
         del self.members[member.member_id]
         self.target.pop(member.member_id, None)
@@ -263,12 +270,16 @@ class ConsumerGroups:
             return self._leave(live, req)
         if live is None and req.member_epoch != 0:
             raise KafkaError(f"member {req.member_id} is not in group {req.group_id}", E.UNKNOWN_MEMBER_ID)
+        if live is not None and req.member_epoch != 0:
+            steady = self._steady_heartbeat(live, req)
+            if steady is not None:
+                return steady
         # Everything below works on a copy; the live group changes when the records are replayed.
         group = live.working_copy() if live is not None else ConsumerGroup(req.group_id)
         if req.member_epoch == 0:
             member, bump = self._join(group, req)
         else:
-            member, bump = self._known_member(group, req), False
+            member, bump = group.own(self._known_member(group, req).member_id), False
         metadata_before = _member_metadata(member)
         bump |= self._update_subscription(member, req)
         bump |= self._refresh_topics(group)
@@ -307,6 +318,40 @@ class ConsumerGroups:
             after.epoch,
             self.config.heartbeat_interval_ms,
             after.assigned if (changed or full_request) else None,
+        )
+
+    def _steady_heartbeat(self, live: ConsumerGroup, req: HeartbeatRequest) -> HeartbeatResult | None:
+        """Most heartbeats change nothing the log holds: the member's subscription is what it was,
+        the topics and the target are current, and the member is where its reconciliation leaves
+        it. Such a heartbeat is answered from the live group, read only, with no copy and no records
+        (only the session is refreshed); any other gets None and takes the full path."""
+        member = self._known_member(live, req)  # raises what the full path would
+        if not _subscription_unchanged(member, req) or live.epoch > live.target_epoch:
+            return None
+        if self._topic_snapshot(live) != live.topics:
+            return None
+        before = member.assignment
+        after = next_assignment(
+            before,
+            live.target_epoch,
+            live.target.get(member.member_id, a.EMPTY),
+            req.owned,
+            lambda topic, partition: (
+                live.owners.get((topic, partition), member.member_id) != member.member_id
+            ),
+        )
+        if after != before:
+            return None
+        member_id, topics, assignor = member.member_id, live.topics, live.assignor
+        self._emit_records(
+            live.group_id, [], lambda: self._after_write(live.group_id, member_id, before, topics, assignor)
+        )
+        full_request = req.owned is not None
+        return HeartbeatResult(
+            member_id,
+            before.epoch,
+            self.config.heartbeat_interval_ms,
+            before.assigned if full_request else None,
         )
 
     def _validate(self, req: HeartbeatRequest) -> None:
@@ -348,7 +393,7 @@ class ConsumerGroups:
                 )
         if group is not None and member is not None:
             live, group = group, group.working_copy()
-            member = group.members[member.member_id]
+            member = group.own(member.member_id)
             written = None
             if req.member_epoch == STATIC_LEAVE_EPOCH:
                 # A static member's temporary leave: it keeps its partitions, reserved for its instance id
@@ -606,10 +651,13 @@ class ConsumerGroups:
         changed, only ``written`` is due."""
         if group is None:  # delete(): ``live`` goes
             group_id, now, persisted = live.group_id if live else "", {}, live.persisted if live else {}
+        elif unchanged:
+            self._emit_records(group.group_id, [], written)
+            return
         else:
             group_id = group.group_id
             persisted = live.persisted if live is not None else {}
-            now = persisted if unchanged else self._records(group)
+            now = self._records(group)
         changes = [(k, v) for k, v in now.items() if persisted.get(k) != v]
         changes += [(k, None) for k in persisted if k not in now]
         self._emit_records(group_id, [(rec.encode_key(k), v) for k, v in changes], written)
@@ -665,6 +713,7 @@ class ConsumerGroups:
         if metadata is None or current is None:
             if member is not None:
                 group.remove(member)
+                member.cancel_timers()
             return
         md = rec.decode_member_metadata(metadata)
         if member is None:
@@ -756,6 +805,24 @@ class ConsumerGroups:
         if member_epoch != member.assignment.epoch:
             return E.STALE_MEMBER_EPOCH
         return E.NONE
+
+
+def _subscription_unchanged(member: ConsumerMember, req: HeartbeatRequest) -> bool:
+    """Whether what the heartbeat sends of the member (rack, rebalance timeout, subscription,
+    assignor) is what the member already has (fields not sent change nothing)."""
+    return (
+        (req.rack_id is None or req.rack_id == member.rack_id)
+        and (req.rebalance_timeout_ms == -1 or req.rebalance_timeout_ms == member.rebalance_timeout_ms)
+        and (
+            req.subscribed_topic_names is None
+            or tuple(sorted(set(req.subscribed_topic_names))) == member.subscribed_topic_names
+        )
+        and (
+            req.subscribed_topic_regex is None
+            or (req.subscribed_topic_regex or None) == member.subscribed_topic_regex
+        )
+        and (req.server_assignor is None or req.server_assignor == member.server_assignor)
+    )
 
 
 def _member_metadata(m: ConsumerMember) -> rec.MemberMetadata:

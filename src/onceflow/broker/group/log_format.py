@@ -12,6 +12,8 @@ operators' tools read the same thing they would from Kafka. A deletion is the ke
 from __future__ import annotations
 
 import dataclasses
+import functools
+import struct
 
 from onceflow.broker.coordinator.partitioning import java_string_hash, partition_for_key
 from onceflow.broker.group import consumer_group_records as cg
@@ -128,6 +130,9 @@ def encode_group_value(value: GroupValue) -> bytes:
 # reading
 
 
+# Every record the coordinator writes is replayed, and the same few keys (a group's partitions) come
+# again and again: remember the answers (keys are immutable; bounded, so distinct keys cannot grow it).
+@functools.lru_cache(maxsize=65536)
 def decode_key(raw: bytes) -> OffsetKey | GroupKey | cg.ConsumerGroupKey:
     """Versions 3-8 are records of consumer-protocol groups (:mod:`consumer_group_records`)."""
     r = SchemaReader(raw, CONSUMER_OFFSETS_TOPIC)
@@ -141,7 +146,23 @@ def decode_key(raw: bytes) -> OffsetKey | GroupKey | cg.ConsumerGroupKey:
     raise CorruptMessage(f"unknown __consumer_offsets key version {version}")
 
 
+_OFFSET_V3_HEAD = struct.Struct(">hqih")  # version 3, offset, leader epoch, metadata length
+_INT64 = struct.Struct(">q")
+
+
 def decode_offset_value(raw: bytes) -> OffsetValue:
+    # The version we write, read without the general reader (every commit is replayed).
+    if len(raw) >= _OFFSET_V3_HEAD.size and raw[:2] == b"\x00\x03":
+        _version, offset, leader_epoch, length = _OFFSET_V3_HEAD.unpack_from(raw)
+        start = _OFFSET_V3_HEAD.size
+        if length >= 0 and len(raw) == start + length + 8:
+            try:
+                metadata = raw[start : start + length].decode()
+            except UnicodeDecodeError:
+                pass  # the general reader names the problem
+            else:
+                (commit_ts,) = _INT64.unpack_from(raw, start + length)
+                return OffsetValue(offset, leader_epoch, metadata, commit_ts, -1)
     r = SchemaReader(raw, CONSUMER_OFFSETS_TOPIC)
     version = r.int16()
     if not 0 <= version <= 4:

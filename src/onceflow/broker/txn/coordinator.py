@@ -62,7 +62,6 @@ from onceflow.broker.txn.metadata import (
 from onceflow.broker.txn.state_manager import (
     ListTransactionsResult,
     TransactionStateManager,
-    transition_record,
 )
 from onceflow.protocol.errors import (
     ConcurrentTransactions,
@@ -196,12 +195,13 @@ class TransactionCoordinator:
         error raised. ``new``: the id's first record (the id enters the cache by its replay)."""
         transactional_id = metadata.transactional_id
         partition = self.state.partition_for(transactional_id)
-        record = transition_record(transactional_id, transition)
+        record = self.state.record_of(transactional_id, transition)
         if new:
             self.state.expect_new(metadata)
         try:
             self.runtime.write(partition, lambda: CoordinatorResult([record]))
         except BaseException as exc:
+            self.state.not_written(transactional_id)
             if metadata.pending_transition is transition:
                 metadata.abort_transition(transition)
             log.info(

@@ -62,6 +62,7 @@ def encode_key(transactional_id: str) -> bytes:
     return writer.done()
 
 
+@functools.lru_cache(maxsize=65536)  # every record is replayed; ids repeat (bounded, as partition_for_key)
 def decode_key(buf: bytes) -> str:
     """The transactional id of a key; raises :class:`CorruptMessage` for unknown versions or bad bytes."""
     reader = SchemaReader(buf, TRANSACTION_STATE_RECORD)

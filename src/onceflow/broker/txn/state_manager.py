@@ -29,6 +29,8 @@ from onceflow.protocol.errors import CoordinatorLoadInProgress, NotCoordinator
 
 log = logging.getLogger(__name__)
 
+_NOTHING = object()
+
 
 @dataclass(frozen=True, slots=True)
 class TimedOutTransaction:
@@ -81,6 +83,9 @@ class TransactionStateManager:
         self._cache: dict[str, TransactionMetadata] = {}
         # Ids whose first record is being written: replay adopts the object the coordinator prepared.
         self._creating: dict[str, TransactionMetadata] = {}
+        # The value of the record written for an id's pending transition (see record_of): replay
+        # recognises it without encoding the transition again.
+        self._written: dict[str, bytes | None] = {}
         self.runtime: CoordinatorRuntime | None = None  # set by the coordinator that owns both
 
     def _runtime(self) -> CoordinatorRuntime:
@@ -117,7 +122,8 @@ class TransactionStateManager:
         transactional_id = decode_key(key)
         metadata = self._cache.get(transactional_id) or self._creating.pop(transactional_id, None)
         pending = metadata.pending_transition if metadata is not None else None
-        if pending is not None and transition_record(transactional_id, pending)[1] == value:
+        written = self._written.pop(transactional_id, _NOTHING)
+        if pending is not None and written is not _NOTHING and written == value:
             metadata.complete_transition(pending)  # the write the coordinator prepared
             if value is None:
                 self._cache.pop(transactional_id, None)
@@ -140,6 +146,16 @@ class TransactionStateManager:
     def on_unloaded(self, partition: int) -> None:
         for transactional_id in [t for t in self._cache if self.partition_for(t) == partition]:
             del self._cache[transactional_id]
+
+    def record_of(self, transactional_id: str, transition: TxnTransition) -> Record:
+        """The record that writes ``transition`` (pending on the id), remembered for its replay."""
+        record = transition_record(transactional_id, transition)
+        self._written[transactional_id] = record[1]
+        return record
+
+    def not_written(self, transactional_id: str) -> None:
+        """The record of :meth:`record_of` was not appended."""
+        self._written.pop(transactional_id, None)
 
     def expect_new(self, metadata: TransactionMetadata) -> None:
         """``metadata`` is a new id whose first transition is about to be written."""

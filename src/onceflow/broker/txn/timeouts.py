@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from onceflow.broker.coordinator.records import CoordinatorResult
 from onceflow.broker.txn.metadata import PREPARE_STATES, TransactionMetadata, TxnTransition
-from onceflow.broker.txn.state_manager import TransactionStateManager, transition_record
+from onceflow.broker.txn.state_manager import TransactionStateManager
 from onceflow.protocol.errors import KafkaError
 
 if TYPE_CHECKING:
@@ -33,15 +33,18 @@ TIMER_KEYS = (ABORT_TIMER, EXPIRY_TIMER)
 
 
 def _batch_of(
-    prepared: list[tuple[TransactionMetadata, TxnTransition]], response: object
+    state: TransactionStateManager,
+    prepared: list[tuple[TransactionMetadata, TxnTransition]],
+    response: object,
 ) -> CoordinatorResult:
     def drop(error: KafkaError) -> None:
         for metadata, transition in prepared:
+            state.not_written(metadata.transactional_id)
             if metadata.pending_transition is transition:
                 metadata.abort_transition(transition)
 
     return CoordinatorResult(
-        [transition_record(m.transactional_id, t) for m, t in prepared], response, on_failed=drop
+        [state.record_of(m.transactional_id, t) for m, t in prepared], response, on_failed=drop
     )
 
 
@@ -53,14 +56,14 @@ def fence_timed_out(
     ]
     for metadata, _ in prepared:
         log.info("aborting transactional id %r after its timeout", metadata.transactional_id)
-    return _batch_of(prepared, [m for m, _ in prepared])
+    return _batch_of(state, prepared, [m for m, _ in prepared])
 
 
 def expire_idle(state: TransactionStateManager, partition: int, now_ms: int) -> CoordinatorResult[list[str]]:
     prepared = [(m, m.prepare_dead()) for m in state.expirable_metadata(partition, now_ms)]
     if prepared:
         log.info("expiring %d idle transactional ids of __transaction_state-%d", len(prepared), partition)
-    return _batch_of(prepared, [m.transactional_id for m, _ in prepared])
+    return _batch_of(state, prepared, [m.transactional_id for m, _ in prepared])
 
 
 def schedule_timers(coordinator: TransactionCoordinator, partition: int) -> None:
