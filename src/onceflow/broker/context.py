@@ -11,14 +11,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from onceflow.broker.cluster_metadata import ClusterMetadata
     from onceflow.broker.config import BrokerConfig
     from onceflow.broker.faults import Faults
     from onceflow.broker.fetch_session import FetchSessionCache
     from onceflow.broker.group.service import GroupService
     from onceflow.broker.quotas.manager import ClientQuotas
     from onceflow.broker.topics import TopicManager
-    from onceflow.broker.txn.pid_manager import ProducerIdManager
+    from onceflow.broker.txn.coordinator import ProducerIdSource
     from onceflow.broker.txn.service import TransactionService
+    from onceflow.server.controller_channel import ControllerChannel
+    from onceflow.server.txn_router import TransactionRouter
 
 
 @dataclass(slots=True)
@@ -32,11 +35,20 @@ class BrokerServices:
     advertised_host: str
     advertised_port: int
     fetch_sessions: FetchSessionCache
-    # The data dir's one producer-id allocator (InitProducerId; the transaction coordinator shares it).
-    producer_ids: ProducerIdManager
+    # The broker's one producer-id allocator (InitProducerId; the transaction coordinator shares it):
+    # a single node's ProducerIdManager, a cluster broker's blocks from the controller.
+    producer_ids: ProducerIdSource
     groups: GroupService
     transactions: TransactionService
     quotas: ClientQuotas | None = None  # client quotas (broker/quotas)
+    # The cluster: the replayed metadata image (broker.cluster_metadata.ClusterMetadata) and the
+    # channel to the active controller that admin requests are forwarded on.
+    metadata: ClusterMetadata | None = None
+    controller: ControllerChannel | None = None
+    # Which broker coordinates a transactional id, and asking it (server.txn_router); None: this one.
+    txn_router: TransactionRouter | None = None
+    # A cluster broker: client quotas are the metadata image's, changed through the controller.
+    quotas_from_metadata: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +58,7 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     services: BrokerServices
+    listener: str = "PLAINTEXT"  # the listener the request came in on
 
     @property
     def config(self) -> BrokerConfig:
@@ -64,7 +77,7 @@ class RequestContext:
         return self.services.fetch_sessions
 
     @property
-    def producer_ids(self) -> ProducerIdManager:
+    def producer_ids(self) -> ProducerIdSource:
         return self.services.producer_ids
 
     @property
@@ -78,6 +91,18 @@ class RequestContext:
     @property
     def quotas(self) -> ClientQuotas | None:
         return self.services.quotas
+
+    @property
+    def metadata(self) -> ClusterMetadata | None:
+        return self.services.metadata
+
+    @property
+    def txn_router(self) -> TransactionRouter | None:
+        return self.services.txn_router
+
+    @property
+    def controller(self) -> ControllerChannel | None:
+        return self.services.controller
 
 
 class CloseConnection(Exception):  # noqa: N818 - an instruction, not an error condition

@@ -10,6 +10,9 @@
   as a control batch carrying the transaction coordinator's epoch. A failing disk is
   KAFKA_STORAGE_ERROR, which the runtime answers as NOT_COORDINATOR (the fault point
   ``fail-coordinator-append`` makes an append fail that way).
+- On a cluster node only the partitions this broker leads are read and written: another's read as
+  empty, and an append to one fails with NOT_LEADER_OR_FOLLOWER, which the runtime answers as
+  NOT_COORDINATOR (clients find the coordinator again).
 - Commits come from the partition (``Partition.add_high_watermark_listener``): the writer listens to
   each partition it reads or writes and passes its high watermark to the runtime.
 """
@@ -81,7 +84,17 @@ class InternalTopicWriter:
         if found is None:
             found = self._partitions[index] = self._topics.get_partition(self.name, index)
             found.add_high_watermark_listener(lambda hw, index=index: self._on_high_watermark(index, hw))
+        elif found.log is None or found.leader_id != self._topics.node_id:
+            self._topics.get_partition(self.name, index)  # led elsewhere now: NOT_LEADER_OR_FOLLOWER
         return found
+
+    def _local(self, index: int) -> Partition | None:
+        """The partition if it exists and this broker leads it (on a cluster, another broker's
+        coordinator has the partitions it leads)."""
+        try:
+            return self._partition(index, create=False)
+        except KafkaError:
+            return None
 
     def _existing_or_new(self, index: int) -> Partition:
         found = self._partition(index, create=True)
@@ -128,7 +141,7 @@ class InternalTopicWriter:
         return target.log.log_end_offset
 
     def read(self, partition: int) -> Iterator[StoredBatch]:
-        target = self._partition(partition, create=False)
+        target = self._local(partition)
         if target is None:
             return
         plog = target.log
@@ -152,9 +165,9 @@ class InternalTopicWriter:
             )
 
     def log_end_offset(self, partition: int) -> int:
-        target = self._partition(partition, create=False)
+        target = self._local(partition)
         return 0 if target is None else target.log.log_end_offset
 
     def high_watermark(self, partition: int) -> int:
-        target = self._partition(partition, create=False)
+        target = self._local(partition)
         return 0 if target is None else target.high_watermark

@@ -89,7 +89,13 @@ def _append_partition(
         writable = isinstance(records, memoryview) and not records.readonly
         batches = validate_produce_records(records if writable else bytearray(records))
         verify_transactional_append(
-            ctx.transactions, transactional_id, topic_name, partition, batches, ctx.api_version
+            ctx.transactions,
+            transactional_id,
+            topic_name,
+            partition,
+            batches,
+            ctx.api_version,
+            ctx.txn_router,
         )
         result = partition.append(batches)
     except KafkaError as exc:
@@ -171,6 +177,14 @@ async def add_partitions_for_produce(
                 producer = (header.producer_id, header.producer_epoch)
     if not wanted or producer is None:
         return {}
+    router = ctx.txn_router
+    if router is not None and not router.is_local(transactional_id):
+        codes = await router.add_partitions(transactional_id, producer[0], producer[1], wanted)
+        return {
+            tp: produce_error(code, f"{tp[0]}-{tp[1]}: {code.name}", FIRST_TV2_PRODUCE_VERSION)
+            for tp, code in codes.items()
+            if code != ErrorCode.NONE
+        }
     try:
         await ctx.transactions.coordinator.add_partitions_to_txn(
             transactional_id, producer[0], producer[1], wanted, transaction_version=TV_2

@@ -12,8 +12,11 @@ holding the LSO back forever (a hanging transaction).
   transaction being completed, a loading coordinator) answer NOT_ENOUGH_REPLICAS, which producers
   retry, as Kafka does for old clients; a stale epoch answers INVALID_PRODUCER_EPOCH.
 - Produce v12+ (transaction protocol v2): the broker adds the partitions itself
-  (``add_partitions_to_txn`` with TV_2, from the Produce handler) before appending, so clients send no
-  AddPartitionsToTxn.
+  (``add_partitions_to_txn`` with TV_2, from the Produce handler) before appending, so clients send
+  no AddPartitionsToTxn; on a cluster whose coordinator of the transactional id is another broker,
+  through the node's ``txn_router`` (an AddPartitionsToTxn v5 to that broker).
+- On a cluster, the v3-11 check is made only where this broker coordinates the transactional id (a
+  remote verification would need an await before the append, which must stay in request order).
   The same translations apply, except that CONCURRENT_TRANSACTIONS is answered as it is: with TV_2
   it is the usual answer while the previous transaction's markers go out, and these clients retry
   it (Kafka's ReplicaManager makes the same exception for clients that support the epoch bump).
@@ -29,6 +32,7 @@ from onceflow.protocol.records import BatchHeader
 if TYPE_CHECKING:
     from onceflow.broker.topics import Partition
     from onceflow.broker.txn.service import TransactionService
+    from onceflow.server.txn_router import TransactionRouter
 from onceflow.protocol.transaction_versions import FIRST_ABORTABLE_PRODUCE_VERSION, FIRST_TV2_PRODUCE_VERSION
 
 # Coordinator answers a producer may not retry on a Produce; NOT_ENOUGH_REPLICAS makes every producer
@@ -67,6 +71,7 @@ def verify_transactional_append(
     partition: Partition,
     batches: list[tuple[BatchHeader, memoryview]],
     produce_version: int,
+    router: TransactionRouter | None = None,
 ) -> None:
     """Raise the produce error for a transactional batch the coordinator has not admitted (v3-11)."""
     header = _first_transactional(batches)
@@ -79,6 +84,8 @@ def verify_transactional_append(
         )
     if produce_version >= FIRST_TV2_PRODUCE_VERSION:
         return  # added by the Produce handler before the appends (handlers.produce)
+    if router is not None and not router.is_local(transactional_id):
+        return  # coordinated by another broker (see the module docstring)
     entry = partition.log.producer_state.last_entry(header.producer_id)
     if (
         entry is not None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from onceflow.broker import faults as fault_points
@@ -31,9 +31,8 @@ from onceflow.broker.coordinator.commits import committed
 from onceflow.broker.coordinator.internal_topic import InternalTopicWriter
 from onceflow.broker.coordinator.scheduler import AsyncioScheduler
 from onceflow.broker.txn.config import TransactionConfig
-from onceflow.broker.txn.coordinator import TransactionCoordinator, TransactionDescription
-from onceflow.broker.txn.markers import TxnMarker
-from onceflow.broker.txn.pid_manager import ProducerIdManager
+from onceflow.broker.txn.coordinator import ProducerIdSource, TransactionCoordinator, TransactionDescription
+from onceflow.broker.txn.markers import MarkerWriter, TxnMarker
 from onceflow.broker.txn.state_manager import ListTransactionsResult
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
@@ -154,8 +153,13 @@ class TransactionService:
         topics: TopicManager,
         groups: GroupService,
         faults: Faults,
-        producer_ids: ProducerIdManager,
+        producer_ids: ProducerIdSource,
+        wrap_markers: Callable[[MarkerWriter], MarkerWriter] | None = None,
     ) -> None:
+        """``wrap_markers``: on a cluster node, takes the local marker writer and gives the one that
+        also reaches partitions led by other brokers (``server.txn_markers``). ``producer_ids``: the
+        broker's allocator (a single node's ``ProducerIdManager``, a cluster broker's blocks from the
+        controller)."""
         self.config = transaction_config_from(broker_config, topics)
         self._topics = topics
         self._groups = groups
@@ -166,7 +170,7 @@ class TransactionService:
             log_writer=InternalTopicWriter(
                 topics, TRANSACTION_STATE_TOPIC, self.config.transaction_state_log_num_partitions, faults
             ),
-            marker_writer=LocalMarkerWriter(topics, groups, faults),
+            marker_writer=(wrap_markers or (lambda local: local))(LocalMarkerWriter(topics, groups, faults)),
             producer_ids=self.producer_ids,
             config=self.config,
             complete_in_background=True,
