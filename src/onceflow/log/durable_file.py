@@ -2,8 +2,9 @@
 
 Every file the broker rewrites whole goes through :func:`write_atomically`: the segment indexes,
 producer snapshots, ``log-start-offset``, the cleaner's swap list and checkpoint, ``topics.json``,
-``meta.properties``, the producer-id block, and the metadata quorum's state file and snapshots. The sequence is: write ``<name>.tmp``, fsync it,
-rename it over ``<name>``, fsync the directory (the rename is only durable once the directory is).
+``meta.properties``, the producer-id block, and the metadata quorum's state file and snapshots. The
+sequence is: write ``<name>.tmp``, fsync it, rename it over ``<name>``, fsync the directory (the
+rename is only durable once the directory is).
 With ``durable=False`` both fsyncs are skipped: a crash still leaves a whole file (the rename is
 atomic) but maybe the old one, for files whose loss costs only work (the cleaner's checkpoint, indexes
 written at roll, which a later flush writes durably). A leftover ``.tmp`` is never read back; each
