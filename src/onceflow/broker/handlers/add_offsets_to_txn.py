@@ -24,8 +24,6 @@ async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOff
         code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif not authorize(ctx, READ, GROUP, request.group_id):
         code = ErrorCode.GROUP_AUTHORIZATION_FAILED
-    elif ctx.transactions is None:
-        code = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
         try:
             await ctx.transactions.coordinator.add_offsets_to_txn(

@@ -77,8 +77,6 @@ async def _add(
         refused = _refusals(ctx, tid, wanted)
         if refused is not None:
             return refused
-    if ctx.transactions is None:
-        return dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     coordinator = ctx.transactions.coordinator
     if verify_only:
         return coordinator.verify_partitions_in_txn(tid, pid, epoch, wanted)

@@ -13,7 +13,6 @@ from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.assignment import Assignment
 from onceflow.broker.group.consumer_groups import ConsumerGroup
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.broker.security.access import DESCRIBE, GROUP, authorize, operations
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
@@ -92,11 +91,8 @@ async def handle(ctx: RequestContext, request: ConsumerGroupDescribeRequest) -> 
         if not authorize(ctx, DESCRIBE, GROUP, group_id):
             groups.append(_failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, None))
             continue
-        if no_coordinator(ctx):
-            groups.append(_failed(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, None))
-            continue
         try:
-            group = ctx.groups.consumer_group(group_id)
+            group = await ctx.groups.consumer_group(group_id)
         except KafkaError as exc:
             groups.append(_failed(group_id, error_code_for(exc), str(exc)))
             continue

@@ -9,7 +9,7 @@ from __future__ import annotations
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group import assignment as a
 from onceflow.broker.group.consumer_groups import HeartbeatRequest
-from onceflow.broker.group.handler_support import client_host, no_coordinator
+from onceflow.broker.group.handler_support import client_host
 from onceflow.broker.security.access import GROUP, READ, authorize
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
@@ -62,10 +62,8 @@ async def handle(
 ) -> ConsumerGroupHeartbeatResponse:
     if not authorize(ctx, READ, GROUP, request.group_id):
         return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
-    if no_coordinator(ctx):
-        return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
     try:
-        result = ctx.groups.consumer_group_heartbeat(_request(ctx, request))
+        result = await ctx.groups.consumer_group_heartbeat(_request(ctx, request))
     except KafkaError as exc:
         return _error(error_code_for(exc), str(exc))
     assignment = None

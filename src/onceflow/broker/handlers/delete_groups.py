@@ -6,7 +6,6 @@ from __future__ import annotations
 from kafka.protocol.admin.groups import DeleteGroupsRequest, DeleteGroupsResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.broker.security.access import DELETE, GROUP, allowed_names
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
@@ -25,13 +24,10 @@ async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGro
         n: ErrorCode.GROUP_AUTHORIZATION_FAILED for n in names if deletable is not None and n not in deletable
     }
     allowed = [n for n in names if n not in denied]
-    if no_coordinator(ctx):
-        results = dict.fromkeys(allowed, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    elif not allowed:
-        results = {}
-    else:
+    results = {}
+    if allowed:
         try:
-            results = ctx.groups.delete_groups(allowed)
+            results = await ctx.groups.delete_groups(allowed)
         except KafkaError as exc:
             results = dict.fromkeys(allowed, error_code_for(exc))
     results = {**results, **denied}

@@ -7,7 +7,6 @@ from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsRes
 
 from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.broker.security.access import DESCRIBE, GROUP, authorize, operations
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
@@ -21,15 +20,10 @@ _Member = _Group.DescribedGroupMember
 _NOT_REQUESTED = None  # kafka-python encodes None as the -2^31 marker
 
 
-def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -> _Group:
-    refused = None
+async def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -> _Group:
     if not authorize(ctx, DESCRIBE, GROUP, group_id):
-        refused = ErrorCode.GROUP_AUTHORIZATION_FAILED
-    elif no_coordinator(ctx):
-        refused = ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if refused is not None:
         return _Group(
-            error_code=int(refused),
+            error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
             group_id=group_id,
             group_state="",
             protocol_type="",
@@ -38,7 +32,7 @@ def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -> _Gro
             authorized_operations=_NOT_REQUESTED,
         )
     try:
-        d = ctx.groups.describe_group(group_id)
+        d = await ctx.groups.describe_group(group_id)
     except KafkaError as exc:
         return _Group(
             error_code=int(error_code_for(exc)),
@@ -78,5 +72,5 @@ def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -> _Gro
 async def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     with_operations = ctx.api_version >= 3 and bool(request.include_authorized_operations)
     return DescribeGroupsResponse(
-        throttle_time_ms=0, groups=[_describe(ctx, g, with_operations) for g in request.groups or []]
+        throttle_time_ms=0, groups=[await _describe(ctx, g, with_operations) for g in request.groups or []]
     )

@@ -30,14 +30,8 @@ async def handle(ctx: RequestContext, request: DescribeTransactionsRequest) -> D
         for tid in requested
         if tid not in ids
     ]
-    if ctx.transactions is None:
-        states = [
-            _State(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), transactional_id=tid, topics=[])
-            for tid in ids
-        ]
-        return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states + refused)
     states = []
-    for d in ctx.transactions.coordinator.describe_transactions(ids):
+    for d in await ctx.transactions.describe_transactions(ids):
         visible = allowed_names(ctx, DESCRIBE, TOPIC, (d.topics or {}).keys(), log_denied=False)
         states.append(
             _State(

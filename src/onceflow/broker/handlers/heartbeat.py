@@ -6,7 +6,6 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import HeartbeatRequest, HeartbeatResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.broker.security.access import GROUP, READ, authorize
 from onceflow.protocol.errors import ErrorCode
 
@@ -19,10 +18,8 @@ REQUEST = HeartbeatRequest
 async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     if not authorize(ctx, READ, GROUP, request.group_id):
         error = ErrorCode.GROUP_AUTHORIZATION_FAILED
-    elif no_coordinator(ctx):
-        error = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
-        error = ctx.groups.heartbeat(
+        error = await ctx.groups.heartbeat(
             request.group_id,
             request.member_id,
             request.group_instance_id if ctx.api_version >= 3 else None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import await_callback, client_host, no_coordinator
+from onceflow.broker.group.handler_support import client_host
 from onceflow.broker.group.requests import JoinRequest, JoinResult
 from onceflow.broker.security.access import GROUP, READ, authorize
 from onceflow.protocol.errors import ErrorCode
@@ -39,8 +39,6 @@ def _response(result: JoinResult) -> JoinGroupResponse:
 async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     if not authorize(ctx, READ, GROUP, request.group_id):
         return _response(JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED, request.member_id))
-    if no_coordinator(ctx):
-        return _response(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, request.member_id))
     v = ctx.api_version
     join = JoinRequest(
         group_id=request.group_id,
@@ -54,5 +52,5 @@ async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupRes
         protocols=[(p.name, bytes(p.metadata or b"")) for p in request.protocols or []],
         require_known_member_id=v >= 4,
     )
-    result = await await_callback(lambda respond: ctx.groups.join_group(join, respond))
+    result = await ctx.groups.join_group(join)
     return _response(result)

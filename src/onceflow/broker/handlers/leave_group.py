@@ -6,7 +6,6 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import LeaveGroupRequest, LeaveGroupResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.broker.security.access import GROUP, READ, authorize
 from onceflow.protocol.errors import ErrorCode
 
@@ -26,10 +25,8 @@ async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupR
         leaving = [(request.member_id or "", None)]
     if not authorize(ctx, READ, GROUP, request.group_id):
         top, errors = ErrorCode.GROUP_AUTHORIZATION_FAILED, []
-    elif no_coordinator(ctx):
-        top, errors = ErrorCode.COORDINATOR_NOT_AVAILABLE, []
     else:
-        top, errors = ctx.groups.leave_group(request.group_id, leaving)
+        top, errors = await ctx.groups.leave_group(request.group_id, leaving)
     if not batch:
         # Old versions have one error: the member's own when the group was found.
         if top is ErrorCode.NONE and errors:

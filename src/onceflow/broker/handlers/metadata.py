@@ -32,8 +32,9 @@ from onceflow.broker.security.access import (
     authorize,
     operations,
 )
-from onceflow.broker.topics import INTERNAL_TOPICS, validate_topic_name
+from onceflow.broker.topics import validate_topic_name
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+from onceflow.protocol.internal_topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 

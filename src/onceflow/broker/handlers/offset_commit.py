@@ -1,5 +1,6 @@
-"""OffsetCommit (8): store a group's consumed positions in ``__consumer_offsets``; acknowledged after
-the append. v10 names topics by id only and is not offered. The version goes to the coordinator: a
+"""OffsetCommit (8): store a group's consumed positions in ``__consumer_offsets``; acknowledged once
+the append is committed (a failed one: NOT_COORDINATOR, retriable). v10 names topics by id only and
+is not offered. The version goes to the coordinator: a
 member of a consumer-protocol group (KIP-848) must commit with v9, which carries its member epoch, and
 is answered UNSUPPORTED_VERSION below it; a commit with a generation to a group that does not exist
 is GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION below (Kafka's rules). Needs READ on the group
@@ -11,7 +12,7 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetCommitResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator, offset_commit_topics, requested_offsets
+from onceflow.broker.group.handler_support import offset_commit_topics, requested_offsets
 from onceflow.broker.security.access import GROUP, READ, TOPIC, allowed_names, authorize
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
@@ -36,13 +37,11 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
         offsets = {tp: entry for tp, entry in offsets.items() if tp not in denied}
     if not authorize(ctx, READ, GROUP, request.group_id):
         top = ErrorCode.GROUP_AUTHORIZATION_FAILED
-    elif no_coordinator(ctx):
-        top = ErrorCode.COORDINATOR_NOT_AVAILABLE
     elif denied and not offsets:
         per_partition = denied
     else:
         try:
-            top, per_partition = ctx.groups.commit_offsets(
+            top, per_partition = await ctx.groups.commit_offsets(
                 request.group_id,
                 request.member_id if v >= 1 else "",
                 request.group_instance_id if v >= 7 else None,

@@ -7,7 +7,6 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import OffsetDeleteRequest, OffsetDeleteResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.broker.security.access import DELETE, GROUP, READ, TOPIC, allowed_names, authorize
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
@@ -30,13 +29,11 @@ async def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDel
     }
     if not authorize(ctx, DELETE, GROUP, request.group_id):
         top, per_partition = ErrorCode.GROUP_AUTHORIZATION_FAILED, {}
-    elif no_coordinator(ctx):
-        top, per_partition = ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
     elif denied and len(denied) == len(wanted):
         top, per_partition = ErrorCode.NONE, {}
     else:
         try:
-            top, per_partition = ctx.groups.delete_offsets(
+            top, per_partition = await ctx.groups.delete_offsets(
                 request.group_id, [tp for tp in wanted if tp not in denied]
             )
         except KafkaError as exc:

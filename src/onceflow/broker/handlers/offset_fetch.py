@@ -9,7 +9,6 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.broker.security.access import DESCRIBE, GROUP, TOPIC, allowed_names, authorize
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
@@ -25,7 +24,7 @@ _NewTopic = _Group.OffsetFetchResponseTopics
 _NewPartition = _NewTopic.OffsetFetchResponsePartitions
 
 
-def _fetch(
+async def _fetch(
     ctx: RequestContext,
     group_id: str,
     topics,
@@ -41,15 +40,13 @@ def _fetch(
     if not authorize(ctx, DESCRIBE, GROUP, group_id):
         top = ErrorCode.GROUP_AUTHORIZATION_FAILED
         return top, _failed_rows(wanted, top)
-    if no_coordinator(ctx):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
     described = None
     if wanted is not None:
         described = allowed_names(ctx, DESCRIBE, TOPIC, (t for t, _ in wanted))
     denied = [tp for tp in wanted or () if described is not None and tp[0] not in described]
     try:
         asked = [tp for tp in wanted if tp not in denied] if wanted is not None else None
-        top, rows = ctx.groups.fetch_offsets(
+        top, rows = await ctx.groups.fetch_offsets(
             group_id, asked, require_stable=require_stable, member_id=member_id, member_epoch=member_epoch
         )
     except KafkaError as exc:
@@ -91,7 +88,7 @@ async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetc
         groups = []
         for g in request.groups or []:
             member = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)
-            top, by_topic = _fetch(ctx, g.group_id, g.topics, require_stable, *member)
+            top, by_topic = await _fetch(ctx, g.group_id, g.topics, require_stable, *member)
             groups.append(
                 _Group(
                     group_id=g.group_id,
@@ -115,7 +112,7 @@ async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetc
                 )
             )
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
-    top, by_topic = _fetch(ctx, request.group_id, request.topics, require_stable)
+    top, by_topic = await _fetch(ctx, request.group_id, request.topics, require_stable)
     topics = [
         _OldTopic(
             name=name,

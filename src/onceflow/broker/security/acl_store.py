@@ -19,7 +19,7 @@ from onceflow.broker.security.acls import (
     ResourceType,
     check_new_binding,
 )
-from onceflow.log.log import write_file_atomically
+from onceflow.log.durable_file import write_atomically
 
 FILE_NAME = "acls.json"
 FORMAT_VERSION = 1
@@ -95,4 +95,4 @@ class FileAclStore:
                 for acl in sorted(acls)
             ],
         }
-        write_file_atomically(self.path, json.dumps(document, indent=1) + "\n")
+        write_atomically(self.path, json.dumps(document, indent=1) + "\n")

@@ -29,7 +29,7 @@ from onceflow.broker.security.scram import (
     ScramCredential,
     credential_from_salted_password,
 )
-from onceflow.log.log import write_file_atomically
+from onceflow.log.durable_file import write_atomically
 from onceflow.protocol.errors import ErrorCode
 
 FILE_NAME = "scram-credentials.json"
@@ -77,7 +77,7 @@ class FileScramStore:
                 for (user, mechanism), credential in sorted(credentials.items())
             ],
         }
-        write_file_atomically(self.path, json.dumps(document, indent=1) + "\n")
+        write_atomically(self.path, json.dumps(document, indent=1) + "\n")
         os.chmod(self.path, 0o600)
 
 
