@@ -5,7 +5,9 @@ consumer group reads them and commits its offsets, which the admin (a super user
 from __future__ import annotations
 
 import asyncio
+import shutil
 import ssl
+import subprocess
 import time
 
 import pytest
@@ -238,3 +240,50 @@ def test_transactions_and_groups_over_secured_listeners(broker, client, mode):
     assert got == [f"v{i}".encode() for i in range(RECORDS)]
     # The group committed its position: past the records (librdkafka), or past their commit marker too.
     assert committed_offset(broker, group, topic) in (RECORDS, RECORDS + 1)
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed (apt-get install kcat)")
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_kcat_produces_and_consumes_over_secured_listeners(broker, mode):
+    """kcat (librdkafka's command-line tool) with the same -X settings a user would give it."""
+    conf = settings(broker, mode)
+    topic = f"interop-kcat-{mode}"
+    with AdminClient(broker.bootstrap, security=broker.scram()) as admin:
+        admin.create_topic(topic)
+    options = [arg for key, value in conf.items() for arg in ("-X", f"{key}={value}")]
+    lines = [f"line {i}" for i in range(20)]
+
+    def kcat(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            ["kcat", "-X", "broker.address.family=v4", *options, *args],
+            input=stdin,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+
+    produced = kcat("-P", "-t", topic, "-p", "0", stdin="\n".join(lines).encode() + b"\n")
+    assert produced.returncode == 0, produced.stderr.decode()
+    consumed = kcat("-C", "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q")
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    assert consumed.stdout.decode().splitlines() == lines
+    # A wrong password gets nothing through.
+    if mode != "mtls":
+        wrong = subprocess.run(
+            [
+                "kcat",
+                "-X",
+                "broker.address.family=v4",
+                *options,
+                "-X",
+                "sasl.password=guess",
+                "-L",
+                "-m",
+                "10",
+            ],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert wrong.returncode != 0
+        assert b"Authentication failed" in wrong.stderr or b"authentication" in wrong.stderr.lower()

@@ -139,6 +139,15 @@ def test_unsupported_mechanism_fails_listing_the_enabled_ones():
     assert reply.response.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
+def test_a_v0_handshake_is_refused_clearly():
+    """v0 is listed for librdkafka's sake, but what would follow it (raw tokens) is not spoken."""
+    auth = authenticator()
+    reply = auth.receive(HANDSHAKE, 0, SaslHandshakeRequest(mechanism="PLAIN"), 0)
+    assert reply.failed and reply.response.error_code == ErrorCode.UNSUPPORTED_VERSION
+    assert "v0" in reply.reason
+    assert isinstance(token(auth, b"\x00bob\x00bob-secret"), Close)
+
+
 def test_session_lifetime_expiry_and_reauthentication():
     auth = authenticator(reauth_ms=10_000)
     done = scram_login(auth, now=0)

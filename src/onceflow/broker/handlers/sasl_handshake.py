@@ -2,8 +2,9 @@
 already authenticated and cannot re-authenticate now (see ``security.sasl_authenticator``, which
 answers every handshake that starts an authentication). Kafka answers these ILLEGAL_SASL_STATE.
 
-Only v1 is served: v0 is followed by raw SASL tokens outside Kafka's framing (before KIP-152), which
-no client we know sends to a broker that offers v1.
+v0 and v1 are listed, as Kafka lists them: librdkafka before 2.1 (Debian's kcat) uses no SASL with a
+broker that does not list v0, although it then speaks v1. A v0 handshake itself, which raw SASL tokens
+outside Kafka's framing would follow (before KIP-152), is refused with UNSUPPORTED_VERSION.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from onceflow.broker.context import RequestContext
 from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 17
-MIN_VERSION = 1
+MIN_VERSION = 0
 MAX_VERSION = 1
 REQUEST = SaslHandshakeRequest
 

@@ -146,6 +146,14 @@ class SaslAuthenticator:
     def _handshake(self, request: Any, api_version: int) -> Verdict:
         mechanism = request.mechanism
         enabled = list(self._settings.mechanisms)
+        if api_version == 0:
+            # Listed in ApiVersions (librdkafka before 2.1, as in Debian's kcat, will not use SASL
+            # with a broker that does not list it, though it then speaks v1), but v0 would be
+            # followed by raw SASL tokens outside Kafka's framing: refused, clearly.
+            return self._fail(
+                SaslHandshakeResponse(error_code=int(ErrorCode.UNSUPPORTED_VERSION), mechanisms=enabled),
+                "SaslHandshake v0 (raw SASL tokens, before KIP-152) is not supported; clients use v1",
+            )
         if mechanism not in enabled:
             return self._fail(
                 SaslHandshakeResponse(

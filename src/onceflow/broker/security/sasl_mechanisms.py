@@ -2,8 +2,9 @@
 
 - PLAIN (RFC 4616): one token ``authzid NUL authcid NUL password``, checked against the listener's
   configured users as Kafka's ``PlainSaslServer`` does, with its messages (they reach the client).
-- SCRAM-SHA-256/512 (RFC 5802/7677): two rounds, run by ``scramp``'s server against the stored
-  credential (salt, iterations, stored key, server key). Any failure (unknown user, wrong proof,
+- SCRAM-SHA-256/512 (RFC 5802/7677): two rounds against the stored credential (salt, iterations,
+  stored key, server key): ``scramp``'s server reads the first message and makes the server's; the
+  final one is checked here as Kafka checks it (see ``ScramServer._client_final``). Any failure (unknown user, wrong proof,
   wrong nonce, a malformed message) gives the client only Kafka's generic message, which does not
   tell whether the user exists. Channel binding and an authorization id other than the user are not
   offered (Kafka's clients send neither).
@@ -13,6 +14,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 from collections.abc import Callable, Mapping
 
@@ -75,14 +78,19 @@ class ScramServer:
         self.mechanism = mechanism
         self._lookup = lookup
         self._server = scramp.ScramMechanism(mechanism).make_server(self._credential)
+        self._hash = _HASHES[mechanism]
         self._round = 0
         self._user: str | None = None
+        self._stored: ScramCredential | None = None
+        self._client_first = ""
+        self._server_first = ""
         self.complete = False
         self.authorization_id: str | None = None
 
     def _credential(self, username: str):
         self._user = username
         credential = self._lookup(username, self.mechanism)
+        self._stored = credential
         if credential is None:
             return None
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
@@ -93,11 +101,12 @@ class ScramServer:
             if self._round == 0:
                 self._round = 1
                 self._server.set_client_first(message)  # an unknown user fails here
-                return self._server.get_server_first().encode()
+                self._client_first = message
+                self._server_first = self._server.get_server_first()
+                return self._server_first.encode()
             if self._round == 1:
                 self._round = 2
-                self._server.set_client_final(message)
-                final = self._server.get_server_final()
+                final = self._client_final(message)
                 self.complete = True
                 self.authorization_id = self._user
                 return final.encode()
@@ -113,3 +122,34 @@ class ScramServer:
                 f"{self.mechanism} exchange failed for {self._user!r}: {exc}"
             ) from None
         raise AuthenticationFailed(f"unexpected token after {self.mechanism} completed")
+
+    def _client_final(self, message: str) -> str:
+        """Check the client's final message and give the server's (RFC 5802 section 3), as Kafka's
+        ``ScramSaslServer`` does: the nonce must end with the one the server sent, not equal it
+        (librdkafka before 2.1, Debian's kcat among them, sends its own nonce in front of it), and the
+        proof is checked over the messages as they were sent."""
+        without_proof, separator, proof_text = message.rpartition(",p=")
+        if not separator:
+            raise ValueError("the client's final message has no proof")
+        attributes = dict(item.split("=", 1) for item in without_proof.split(","))
+        bare = self._client_first.split(",", 2)[2]
+        gs2_header = self._client_first[: len(self._client_first) - len(bare)]
+        if attributes["c"] != base64.b64encode(gs2_header.encode()).decode():
+            raise ValueError("the channel binding does not match the first message")
+        server_nonce = self._server_first.split(",", 1)[0].removeprefix("r=")
+        if not attributes["r"].endswith(server_nonce):
+            raise ValueError("the nonce does not end with the server's")
+        proof = base64.b64decode(proof_text, validate=True)
+        stored = self._stored
+        if stored is None or len(proof) != self._hash().digest_size:
+            raise ValueError("the proof has the wrong length")
+        auth_message = f"{bare},{self._server_first},{without_proof}".encode()
+        signature = hmac.digest(stored.stored_key, auth_message, self._hash)
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        if not hmac.compare_digest(self._hash(client_key).digest(), stored.stored_key):
+            raise ValueError("the proof is wrong")
+        server_signature = hmac.digest(stored.server_key, auth_message, self._hash)
+        return "v=" + base64.b64encode(server_signature).decode()
+
+
+_HASHES = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
