@@ -13,7 +13,7 @@ import uuid
 import pytest
 from tests.helpers.secure_broker import PASSWORDS, SecureBroker
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
