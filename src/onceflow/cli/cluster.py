@@ -126,7 +126,7 @@ def up(brokers, data_dir, configs):
                     command = shlex.join(node_command(node, nodes, data_dir, configs))
                     out.print(
                         f"node {node['id']} exited with {proc.returncode} (see {log_path}); "
-                        f"{len(running)} node(s) still running. To restart it: {command}"
+                        f"the others keep running. To restart it: {command}"
                     )
                     sys.stdout.flush()
             time.sleep(0.2)

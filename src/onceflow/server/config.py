@@ -388,10 +388,10 @@ def _advertised(
     if "advertised.listeners" in properties:
         for listener in parse_listeners(properties["advertised.listeners"], "advertised.listeners"):
             if listener.name in controller_names:
-                raise ConfigError(
-                    f"advertised.listeners cannot have the controller listener {listener.name} "
-                    "(controllers are reached through controller.quorum.voters)"
-                )
+                # As in Kafka (whose sample server.properties advertises CONTROLLER://...): a
+                # controller listener there is not a broker's, and is never told to clients.
+                # Controllers are reached through controller.quorum.voters.
+                continue
             if listener.name not in {lst.name for lst in broker_listeners}:
                 raise ConfigError(
                     f"advertised.listeners has {listener.name}, which is not one of the listeners"
