@@ -2,6 +2,7 @@
 
 import os
 import socket
+import subprocess
 import sys
 import uuid
 
@@ -351,3 +352,21 @@ def test_pipeline_run_hands_source_and_sink_options_to_the_pipeline(runner, monk
     assert seen["config"].source_options == {"failOnDataLoss": "false"}
     assert seen["config"].sink_options == {"kafka.linger.ms": "20"}
     assert seen["stopped"] and "1 batches, 3 rows" in result.output
+
+
+def test_a_table_piped_to_a_file_is_not_cut_to_80_columns():
+    # `onceflow metadata-quorum describe --replication | grep ...` used to read "LastFetchTim…"
+    script = (
+        "from rich.table import Table\n"
+        "from onceflow.cli.common import out\n"
+        "table = Table()\n"
+        "for i in range(5):\n"
+        "    table.add_column(f'LastCaughtUpTimestamp{i}')\n"
+        "table.add_row(*[f'{i} ms ago' for i in range(5)])\n"
+        "out.print(table)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    printed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60, check=True
+    ).stdout
+    assert all(f"LastCaughtUpTimestamp{i}" in printed for i in range(5)), printed
