@@ -29,6 +29,7 @@ from onceflow.cli.common import bootstrap_option, friendly_errors, out
 
 CLUSTER_FILE = "cluster.json"
 READY_LINE = "onceflow broker listening on"
+START_MARKER = "==== cluster up starts this node:"
 START_TIMEOUT_S = 60.0
 
 
@@ -101,6 +102,10 @@ def up(brokers, data_dir, configs):
         for node in nodes:
             log_path = data_dir / f"node-{node['id']}.log"
             log_file = open(log_path, "ab")  # noqa: SIM115 - the child writes it; closed when it exits
+            # The log is kept across runs: readiness is read after this run's marker only, so that an
+            # earlier run's "listening" line never passes for this one's.
+            log_file.write(f"{START_MARKER} {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
+            log_file.flush()
             proc = subprocess.Popen(
                 node_command(node, nodes, data_dir, configs),
                 stdin=subprocess.DEVNULL,
@@ -145,7 +150,7 @@ def _wait_ready(processes) -> None:
         for entry in list(waiting):
             node, proc, log_path = entry
             text = log_path.read_text(errors="replace") if log_path.exists() else ""
-            if READY_LINE in text.split("==== start", 1)[-1]:
+            if READY_LINE in text.rsplit(START_MARKER, 1)[-1]:
                 waiting.remove(entry)
             elif proc.poll() is not None:
                 tail = "\n".join(text.splitlines()[-5:])
