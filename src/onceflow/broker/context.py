@@ -32,6 +32,7 @@ class BrokerServices:
     groups: Any = None
     transactions: Any = None
     quotas: ClientQuotas | None = None  # client quotas (broker/quotas)
+    metrics: Any = None  # broker/metrics' BrokerMetrics when metrics are served: Produce and Fetch count
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,9 @@ Handlers start in request order, and handlers that change state (Produce) do so 
 
 A handler returning ``None`` sends no response (acks=0 produce, dropped-response fault): later
 responses still go out in order.
+
+With ``metrics.port`` set the broker serves Prometheus metrics (``broker/metrics``): the connections
+time requests, the handler table counts answers' error codes, Produce and Fetch count per topic.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from onceflow.broker.limit_events import LimitEvents
 from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.malloc_tuning import keep_freed_memory_for_reuse
 from onceflow.broker.memory_pool import MemoryPool
+from onceflow.broker.metrics import new_broker_metrics, serve_metrics
 from onceflow.broker.open_files import raise_open_file_limit
 from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.quotas.manager import ClientQuotas
@@ -100,16 +104,24 @@ class Broker:
             quota_window_size_ms=config.quota_window_size_seconds * 1000,
         )
         self._admitted: dict[ClientProtocol, str] = {}  # connection -> its address, to release
+        self.metrics: Any = None  # broker/metrics' BrokerMetrics, when metrics.port is set
+        self.metrics_endpoint: Any = None  # its HTTP endpoint, once started
+        if config.metrics_port >= 0:
+            self.metrics = new_broker_metrics()
+            self.handlers = self.metrics.requests.instrument(self.handlers)
 
     async def start(self) -> None:
         self._data_dir_lock = lock_data_dir(Path(self.config.data_dir))  # raises DataDirInUse
         try:
             await self._start()
         except BaseException:
+            self._stop_metrics_endpoint()
             self._data_dir_lock.release()
             raise
 
     async def _start(self) -> None:
+        if self.metrics is not None:  # first: a metrics port that cannot be bound stops the start at once
+            self.metrics_endpoint = serve_metrics(self)
         self.topics.load()
         capacity = self.config.queued_max_request_bytes
         self.memory_pool = MemoryPool(
@@ -146,6 +158,7 @@ class Broker:
                 window_num=self.config.quota_window_num,
                 window_size_ms=self.config.quota_window_size_seconds * 1000,
             ),
+            metrics=self.metrics,
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._flusher = asyncio.create_task(self._run_flush_policy(), name="flush-policy")
@@ -165,11 +178,14 @@ class Broker:
         )
         await transactions.start()  # replays __transaction_state, finishes Prepare* transactions
         self.services.transactions = transactions
+        if self.metrics is not None:
+            self.metrics.started(self.topics)
         await self._server.start_serving()
         log.info("onceflow broker listening on %s:%d", self.config.host, self.port)
 
     async def stop(self) -> None:
         """Stop accepting, drop connections, flush and close every log."""
+        self._stop_metrics_endpoint()
         if self._server is not None:
             self._server.close()
         for task in (
@@ -205,6 +221,11 @@ class Broker:
             self._data_dir_lock.release()
         log.info("onceflow broker on port %d stopped", self.port)
 
+    def _stop_metrics_endpoint(self) -> None:
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
+            self.metrics_endpoint = None
+
     async def _run_retention(self) -> None:
         interval = self.config.log_retention_check_interval_ms / 1000.0
         while True:
@@ -229,6 +250,7 @@ class Broker:
             pool=self.memory_pool,
             limit_events=self.limit_events,
             on_open=self._admit,
+            request_timer=self.metrics.requests if self.metrics is not None else None,
         )
         self._connections.add(connection)
         return connection

@@ -105,12 +105,19 @@ def _convert(raw: str, kind: type, name: str):
     help="Developer mode: group.initial.rebalance.delay.ms=0 (unless --config sets it), so a new group "
     "is formed at once instead of waiting Kafka's 3 s for more members.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (metrics.port; 0 picks a free port).",
+)
 @click.option("--verbose", is_flag=True, help="Debug logging.")
-def serve(host, port, data_dir, faults, configs, dev, verbose):
+def serve(host, port, data_dir, faults, configs, dev, metrics_port, verbose):
     """Run a broker in the foreground (Ctrl-C stops it cleanly)."""
     overrides = (
         dev_overrides(parse_key_values(configs, "--config")) if dev else parse_key_values(configs, "--config")
     )
+    if metrics_port is not None:
+        overrides["metrics.port"] = str(metrics_port)
     config = broker_config(host, port, data_dir, parse_key_values(faults, "--fault"), overrides)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT, stream=sys.stderr
@@ -120,10 +127,11 @@ def serve(host, port, data_dir, faults, configs, dev, verbose):
     except ImportError as exc:
         raise click.ClickException(f"the broker is not available in this build: {exc}")
     from onceflow.broker.data_dir_lock import DataDirError
+    from onceflow.broker.metrics import MetricsEndpointError
 
     try:
         run(config)
-    except DataDirError as exc:
+    except (DataDirError, MetricsEndpointError) as exc:
         raise click.ClickException(str(exc))
     except ValueError as exc:  # e.g. an unknown fault point name
         raise click.BadParameter(str(exc), param_hint="--fault/--config")
