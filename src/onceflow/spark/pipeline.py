@@ -12,9 +12,11 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from onceflow.spark.interpreter import worker_python_environment
 from onceflow.spark.options import EXACTLY_ONCE
 
 log = logging.getLogger(__name__)
@@ -64,8 +66,10 @@ def load_app(spec: str) -> Callable:
 def make_spark_session(
     app_name: str = "onceflow-pipeline", master: str = "local[2]", conf: dict[str, str] | None = None
 ):
-    """A local SparkSession on loopback with the onceflow data source registered."""
+    """A local SparkSession on loopback with the onceflow data source registered, whose Python workers
+    run this interpreter unless ``conf`` or the environment name another (``spark.interpreter``)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.update(worker_python_environment(conf or {}, os.environ, sys.executable))
     from pyspark.sql import SparkSession
 
     from onceflow.spark import register
