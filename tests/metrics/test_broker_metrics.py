@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -251,3 +252,34 @@ def test_process_and_broker_gauges(broker):
     assert partitions == sum(s.value for s in reading.samples("kafka_topic_partitions")) > 0
     assert reading.value("kafka_server_socket_server_metrics_connection_count", listener="PLAINTEXT") >= 0
     assert reading.has("onceflow_broker_limit_events_total", kind="memory-pool-full")
+
+
+def test_the_console_charts_read_these_names(broker):
+    from onceflow.console.metrics_feed import parse
+
+    reading = scrape(broker.metrics_port)
+    counters, lag = parse(reading.text)
+    assert counters["messages_in"] == reading.value(MESSAGES_IN) > 0
+    assert counters["bytes_out"] == reading.value(BYTES_OUT)
+    by_group: dict[str, float] = {}
+    for s in reading.samples("kafka_consumergroup_lag"):
+        by_group[s.labels["consumergroup"]] = by_group.get(s.labels["consumergroup"], 0.0) + s.value
+    assert lag == by_group
+
+
+def test_every_metric_is_documented(broker):
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    topic = topic_name("documented")
+    with SimpleClient(broker.bootstrap) as client:  # a partition, requests and their times
+        client.produce(topic, [(None, "v")])
+        assert len(list(client.consume(topic, max_messages=1))) == 1
+    reading = scrape(broker.metrics_port)
+    assert reading.has("kafka_log_log_size", topic=topic, partition="0")
+    missing = [
+        name
+        for name, family in reading.families.items()
+        if f"`{name}_total" not in documented
+        and f"`{name}`" not in documented
+        and f"`{name}{{" not in documented
+    ]
+    assert missing == []
