@@ -18,6 +18,7 @@ from onceflow.broker.metrics.coordinator_logs import CoordinatorLogs
 from onceflow.broker.metrics.families import Families, jmx
 from onceflow.broker.metrics.groups import collect_groups
 from onceflow.broker.metrics.partitions import collect_partitions
+from onceflow.broker.metrics.raft import collect_raft
 from onceflow.broker.metrics.request_stats import RequestStats
 from onceflow.broker.metrics.topic_stats import BrokerTopicStats
 from onceflow.broker.metrics.transactions import collect_transactions
@@ -32,6 +33,9 @@ class BrokerMetrics:
         self.topics = BrokerTopicStats()  # the Produce and Fetch handlers add to it
         self.requests = RequestStats()  # the connections and the handler table add to it
         self.coordinator_logs = CoordinatorLogs()
+        # The node's metadata quorum (a RaftServer) on a cluster node: its raft metrics, and the
+        # active controller is whichever node leads it. None on a single broker, its own controller.
+        self.quorum: Any = None
 
     def started(self, topics: Any) -> None:
         """The broker is about to serve: the coordinators' events count from here."""
@@ -58,7 +62,9 @@ class BrokerMetrics:
                     "transactions", collect_transactions, families, coordinator, topics, wall_ms, txn_timeout
                 )
             self._part("coordinator logs", self.coordinator_logs.collect, families, topics)
-            self._part("controller", _collect_controller, families, topics)
+            self._part("controller", _collect_controller, families, topics, self.quorum is None)
+        if self.quorum is not None:
+            self._part("quorum", collect_raft, families, self.quorum)
         self._part("limits", _collect_limits, families, broker)
         return list(families)
 
@@ -70,14 +76,14 @@ class BrokerMetrics:
             log.exception("metrics: collecting the %s failed; the scrape goes on without them", what)
 
 
-def _collect_controller(families: Families, topics: Any) -> None:
-    """A single onceflow broker is also its cluster's controller (Kafka's combined mode)."""
+def _collect_controller(families: Families, topics: Any, single_node: bool) -> None:
+    """A single onceflow broker is also its cluster's controller (Kafka's combined mode); on a
+    cluster node, whether it is the active controller is the quorum's to say (``raft``)."""
     n_topics = n_partitions = 0
     for topic in topics:
         n_topics += 1
         n_partitions += len(topic.partitions)
     controller = (
-        ("ActiveControllerCount", 1, "1 on the node that is the active controller."),
         ("ActiveBrokerCount", 1, "Brokers registered and not fenced."),
         ("FencedBrokerCount", 0, "Brokers registered and fenced."),
         ("GlobalTopicCount", n_topics, "Topics in the cluster."),
@@ -85,6 +91,12 @@ def _collect_controller(families: Families, topics: Any) -> None:
         ("OfflinePartitionsCount", 0, "Partitions without a leader."),
         ("PreferredReplicaImbalanceCount", 0, "Partitions not led by their preferred replica."),
     )
+    if single_node:
+        families.gauge(
+            jmx("controller", "KafkaController", "ActiveControllerCount"),
+            "1 on the node that is the active controller.",
+            1,
+        )
     for name, value, meaning in controller:
         families.gauge(jmx("controller", "KafkaController", name), meaning, value)
     families.gauge(
