@@ -55,7 +55,9 @@ class BrokerMetrics:
             self._part("topics", self.topics.collect, families, topics)
             self._part("partitions", collect_partitions, families, topics, wall_ms, txn_timeout)
             if services.groups is not None:
-                self._part("groups", collect_groups, families, services.groups, topics)
+                # The coordinator's read-only entry points (behind a GroupService on the coordinator runtime).
+                groups = getattr(services.groups, "coordinator", services.groups)
+                self._part("groups", collect_groups, families, groups, topics)
             if services.transactions is not None:
                 coordinator = services.transactions.coordinator
                 self._part(
