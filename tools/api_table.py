@@ -33,6 +33,7 @@ NOTES = {
     "ConsumerGroupDescribe": "KIP-848 groups",
     "DescribeClientQuotas": "KIP-546 (`onceflow quotas describe`)",
     "AlterClientQuotas": "KIP-546 (`onceflow quotas set`)",
+    "DescribeQuorum": "KIP-595 (`onceflow metadata-quorum describe`)",
     "DescribeProducers": "KIP-664",
     "DescribeTransactions": "KIP-664",
     "ListTransactions": "KIP-664",

@@ -1,49 +1,55 @@
-"""The metadata quorum's metrics (``broker/metrics/raft``) from a real single-voter RaftServer: it
-leads at once, so it reports itself as leader and active controller, its epoch, and its own lag (0)."""
+"""The node's quorum and controller metrics (``broker/metrics/raft``) from the real objects, without
+sockets: the in-memory quorum of a single node leads at once and reports itself as leader, its epoch,
+its high watermark and its own lag (0); a controller reports the brokers and partitions of its
+committed image, and is the active one only once it has activated."""
 
 from __future__ import annotations
 
 import asyncio
 
 from onceflow.broker.metrics.families import Families
-from onceflow.broker.metrics.raft import collect_raft
-from onceflow.raft.memory_storage import MemoryStorage
-from onceflow.raft.server import RaftServer
+from onceflow.broker.metrics.raft import collect_controller, collect_quorum
+from onceflow.server.quorum import LocalQuorum
 
 
-def samples(server) -> dict:
+def samples(collect, *args) -> dict:
     families = Families()
-    collect_raft(families, server)
+    collect(families, *args)
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
 
 
 def test_a_single_voter_reports_itself_leading():
     async def scenario():
-        server = RaftServer(3, {3: ("127.0.0.1", 0)}, MemoryStorage())
-        assert samples(server) == {}  # not started: nothing to say
-        await server.start()
+        quorum = LocalQuorum(3)
+        before = samples(collect_quorum, quorum, 3)
+        await quorum.start()
+        quorum.append([b"a", b"b"], epoch=1)
+        await asyncio.sleep(0)  # committed at the next turn of the loop
         try:
-            for _ in range(200):
-                if server.node.leader_and_epoch[0] == 3 and server.node.high_watermark is not None:
-                    break
-                await asyncio.sleep(0.01)
-            server.append([b"record"])
-            for _ in range(200):
-                if server.node.high_watermark == server.storage.log_end_offset:
-                    break
-                await asyncio.sleep(0.01)
-            return samples(server)
+            return before, samples(collect_quorum, quorum, 3)
         finally:
-            await server.stop()
+            await quorum.stop()
 
-    got = asyncio.run(scenario())
+    before, got = asyncio.run(scenario())
+    assert before[("kafka_server_raft_metrics_current_leader", ())] == -1  # not started: no leader
+    assert ("onceflow_raft_replica_lag", (("replica", "3"), ("role", "voter"))) not in before
     assert got[("kafka_server_raft_metrics_current_leader", ())] == 3
-    assert got[("kafka_server_raft_metrics_current_epoch", ())] >= 1
-    assert (
-        got[("kafka_server_raft_metrics_high_watermark", ())]
-        == got[("kafka_server_raft_metrics_log_end_offset", ())]
-        > 0
-    )
+    assert got[("kafka_server_raft_metrics_current_epoch", ())] == 1
+    # The epoch's control record and the two records: all committed.
+    assert got[("kafka_server_raft_metrics_high_watermark", ())] == 3
+    assert got[("kafka_server_raft_metrics_log_end_offset", ())] == 3
     assert got[("onceflow_raft_state", (("state", "leader"),))] == 1
-    assert got[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1
     assert got[("onceflow_raft_replica_lag", (("replica", "3"), ("role", "voter")))] == 0
+
+
+def test_a_controller_reports_its_image_and_whether_it_is_active():
+    from onceflow.controller.config import ControllerConfig
+    from onceflow.controller.quorum_controller import QuorumController
+
+    controller = QuorumController(ControllerConfig(node_id=1))
+    got = samples(collect_controller, controller)
+    assert got[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 0
+    assert got[("kafka_controller_kafkacontroller_globaltopiccount", ())] == 0
+    controller.activate(1, 0, 1000)
+    got = samples(collect_controller, controller)
+    assert got[("kafka_controller_kafkacontroller_activecontrollercount", ())] == 1

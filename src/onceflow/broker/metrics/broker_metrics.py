@@ -17,35 +17,41 @@ from prometheus_client.core import Metric
 from onceflow.broker.metrics.coordinator_logs import CoordinatorLogs
 from onceflow.broker.metrics.families import Families, jmx
 from onceflow.broker.metrics.groups import collect_groups
-from onceflow.broker.metrics.partitions import collect_partitions
-from onceflow.broker.metrics.raft import collect_raft
+from onceflow.broker.metrics.partitions import ReplicaStats, collect_partitions
+from onceflow.broker.metrics.raft import collect_controller, collect_metadata_replay, collect_quorum
 from onceflow.broker.metrics.request_stats import RequestStats
 from onceflow.broker.metrics.topic_stats import BrokerTopicStats
 from onceflow.broker.metrics.transactions import collect_transactions
 
 log = logging.getLogger(__name__)
 
-BROKER_STATE_RUNNING = 3  # Kafka's BrokerState.RUNNING
+# Kafka's BrokerState values.
+BROKER_STARTING = 1
+BROKER_RUNNING = 3
 
 
 class BrokerMetrics:
     def __init__(self) -> None:
         self.topics = BrokerTopicStats()  # the Produce and Fetch handlers add to it
         self.requests = RequestStats()  # the connections and the handler table add to it
+        self.replicas = ReplicaStats()  # replication adds ISR changes to it
         self.coordinator_logs = CoordinatorLogs()
-        # The node's metadata quorum (a RaftServer) on a cluster node: its raft metrics, and the
-        # active controller is whichever node leads it. None on a single broker, its own controller.
-        self.quorum: Any = None
+        # The node this broker is a role of (``server.node.Node``, set by it): its ``node_id``, its
+        # metadata ``quorum``, its controller's ``runner`` (None without that role) and its broker's
+        # replayed ``metadata`` (None without that role), all read at scrape time.
+        self.node: Any = None
 
     def started(self, topics: Any) -> None:
         """The broker is about to serve: the coordinators' events count from here."""
         self.coordinator_logs.start(topics)
 
     def collect(self, broker: Any) -> list[Metric]:
-        """Every family of the broker's own metrics (the process's are the endpoint's). Each part that
+        """Every family of the node's own metrics (the process's are the endpoint's). Each part that
         fails is left out, logged, and the rest still reported."""
         families = Families()
         services = broker.services
+        node = self.node
+        metadata = getattr(node, "metadata", None)
         self._part("requests", self.requests.collect, families)
         if services is not None:
             config = services.config
@@ -53,7 +59,8 @@ class BrokerMetrics:
             wall_ms = int(time.time() * 1000)
             txn_timeout = config.transaction_max_timeout_ms
             self._part("topics", self.topics.collect, families, topics)
-            self._part("partitions", collect_partitions, families, topics, wall_ms, txn_timeout)
+            self._part("partitions", collect_partitions, families, topics, wall_ms, txn_timeout, metadata)
+            self._part("replicas", self.replicas.collect, families)
             if services.groups is not None:
                 # The coordinator's read-only entry points (behind a GroupService on the coordinator runtime).
                 groups = getattr(services.groups, "coordinator", services.groups)
@@ -64,9 +71,18 @@ class BrokerMetrics:
                     "transactions", collect_transactions, families, coordinator, topics, wall_ms, txn_timeout
                 )
             self._part("coordinator logs", self.coordinator_logs.collect, families, topics)
-            self._part("controller", _collect_controller, families, topics, self.quorum is None)
-        if self.quorum is not None:
-            self._part("quorum", collect_raft, families, self.quorum)
+        if node is None or node.server.is_broker:
+            families.gauge(
+                jmx("server", "KafkaServer", "BrokerState"),
+                "The broker's state (1: starting, 3: running).",
+                BROKER_RUNNING if services is not None else BROKER_STARTING,
+            )
+        if metadata is not None:
+            self._part("metadata replay", collect_metadata_replay, families, metadata)
+        if node is not None and node.runner is not None:
+            self._part("controller", collect_controller, families, node.runner.controller)
+        if node is not None and node.quorum is not None:
+            self._part("quorum", collect_quorum, families, node.quorum, node.node_id)
         self._part("limits", _collect_limits, families, broker)
         return list(families)
 
@@ -76,34 +92,6 @@ class BrokerMetrics:
             collect(*args)
         except Exception:
             log.exception("metrics: collecting the %s failed; the scrape goes on without them", what)
-
-
-def _collect_controller(families: Families, topics: Any, single_node: bool) -> None:
-    """A single onceflow broker is also its cluster's controller (Kafka's combined mode); on a
-    cluster node, whether it is the active controller is the quorum's to say (``raft``)."""
-    n_topics = n_partitions = 0
-    for topic in topics:
-        n_topics += 1
-        n_partitions += len(topic.partitions)
-    controller = (
-        ("ActiveBrokerCount", 1, "Brokers registered and not fenced."),
-        ("FencedBrokerCount", 0, "Brokers registered and fenced."),
-        ("GlobalTopicCount", n_topics, "Topics in the cluster."),
-        ("GlobalPartitionCount", n_partitions, "Partitions in the cluster."),
-        ("OfflinePartitionsCount", 0, "Partitions without a leader."),
-        ("PreferredReplicaImbalanceCount", 0, "Partitions not led by their preferred replica."),
-    )
-    if single_node:
-        families.gauge(
-            jmx("controller", "KafkaController", "ActiveControllerCount"),
-            "1 on the node that is the active controller.",
-            1,
-        )
-    for name, value, meaning in controller:
-        families.gauge(jmx("controller", "KafkaController", name), meaning, value)
-    families.gauge(
-        jmx("server", "KafkaServer", "BrokerState"), "The broker's state (3: running).", BROKER_STATE_RUNNING
-    )
 
 
 def _collect_limits(families: Families, broker: Any) -> None:

@@ -56,7 +56,8 @@ class _Tail:
     def start(self, topics: Any) -> None:
         t = topics.get(self.topic)
         for partition in t.partitions if t is not None else ():
-            self.next_offset[partition.index] = partition.log.high_watermark
+            if partition.log is not None:  # a cluster broker holds only some coordinator partitions
+                self.next_offset[partition.index] = partition.log.high_watermark
         self.started = True
 
     def read(self, topics: Any, max_bytes: int, on_batch: Any) -> None:
@@ -67,6 +68,8 @@ class _Tail:
         budget = max_bytes
         for partition in t.partitions:
             plog = partition.log
+            if plog is None:
+                continue  # coordinated by another broker of the cluster, which counts it
             offset = max(self.next_offset.get(partition.index, 0), plog.log_start_offset)
             upper = plog.high_watermark
             for header, view in plog.iter_batches(offset) if offset < upper else ():

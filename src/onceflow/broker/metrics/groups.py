@@ -96,8 +96,9 @@ def _collect_offsets(families: Families, groups: Any, topics: Any, group_ids: li
             families.gauge("kafka_consumergroup_current_offset", "", value.offset, labels)
             offset_sums[topic] = offset_sums.get(topic, 0) + value.offset
             t = topics.get(topic)
-            if t is None or index >= len(t.partitions):
-                continue  # deleted since: no log end to measure against
+            if t is None or index >= len(t.partitions) or t.partitions[index].log is None:
+                # Deleted since, or (on a cluster) its log is on another broker: no log end here.
+                continue
             lag = max(t.partitions[index].log.high_watermark - value.offset, 0)
             families.gauge("kafka_consumergroup_lag", "", lag, labels)
             lag_sums[topic] = lag_sums.get(topic, 0) + lag

@@ -65,6 +65,8 @@ def hanging_transactions(
     candidates = []
     for topic in topics:
         for partition in topic.partitions:
+            if partition.log is None:
+                continue  # on another broker of the cluster
             state = partition.log.producer_state
             if state.first_unstable_offset() is None:
                 continue  # the usual case: nothing open here
