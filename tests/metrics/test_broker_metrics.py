@@ -170,6 +170,42 @@ def test_offset_commits_and_lag_match_groups_describe(broker):
     assert after.value("kafka_coordinator_group_groupmetadatamanager_numgroupsempty") >= 1
 
 
+def test_a_group_rebalance_is_counted_and_its_state_reported(broker):
+    from confluent_kafka import Consumer as ConfluentConsumer
+
+    topic = topic_name("rebalance")
+    group = topic_name("rg")
+    with SimpleClient(broker.bootstrap) as client:
+        client.create_topic(topic, partitions=2)
+    rebalances = "kafka_server_group_coordinator_metrics_group_completed_rebalance_count"
+    stable = "kafka_coordinator_group_groupmetadatamanager_numgroupsstable"
+    before = scrape(broker.metrics_port)
+    config = {"bootstrap.servers": broker.bootstrap, "group.id": group, "session.timeout.ms": 10000}
+    consumers = [ConfluentConsumer(config)]
+    try:
+        consumers[0].subscribe([topic])
+
+        def members(n: int):
+            for c in consumers:
+                c.poll(0.1)
+            reading = scrape(broker.metrics_port)
+            joined = reading.value("kafka_consumergroup_members", consumergroup=group) == n
+            assigned = sum(len(c.assignment()) for c in consumers) == 2
+            return reading if joined and assigned and reading.value(stable) > before.value(stable) else None
+
+        first = eventually(lambda: members(1))
+        assert first is not None
+        assert first.value(rebalances) - before.value(rebalances) == 1  # generation 1
+        consumers.append(ConfluentConsumer(config))
+        consumers[1].subscribe([topic])
+        second = eventually(lambda: members(2))
+        assert second is not None
+        assert second.value(rebalances) - first.value(rebalances) >= 1  # a new generation with both
+    finally:
+        for c in consumers:
+            c.close()
+
+
 def test_transactions_committed_and_aborted(broker):
     topic = topic_name("txn")
     tid = topic_name("tid")

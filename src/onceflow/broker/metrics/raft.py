@@ -33,7 +33,8 @@ def collect_quorum(families: Families, quorum: Any, node_id: int) -> None:
     node = raft.node if raft is not None else None
     if raft is not None and node is None:
         return  # not started yet
-    end = getattr(quorum, "log_end_offset", None)
+    # What is written (a RaftQuorum's own log_end_offset is the leader's next append, and only its).
+    end = raft.storage.log_end_offset if raft is not None else getattr(quorum, "log_end_offset", None)
     values = [
         (
             "current-leader",
