@@ -52,7 +52,9 @@ class BrokerMetrics:
         services = broker.services
         node = self.node
         metadata = getattr(node, "metadata", None)
-        self._part("requests", self.requests.collect, families)
+        is_broker = node is None or node.server.is_broker  # a controller-only node has none of these
+        if is_broker:
+            self._part("requests", self.requests.collect, families)
         if services is not None:
             config = services.config
             topics = services.topics
@@ -71,7 +73,7 @@ class BrokerMetrics:
                     "transactions", collect_transactions, families, coordinator, topics, wall_ms, txn_timeout
                 )
             self._part("coordinator logs", self.coordinator_logs.collect, families, topics)
-        if node is None or node.server.is_broker:
+        if is_broker:
             families.gauge(
                 jmx("server", "KafkaServer", "BrokerState"),
                 "The broker's state (1: starting, 3: running).",
@@ -83,7 +85,8 @@ class BrokerMetrics:
             self._part("controller", collect_controller, families, node.runner.controller)
         if node is not None and node.quorum is not None:
             self._part("quorum", collect_quorum, families, node.quorum, node.node_id)
-        self._part("limits", _collect_limits, families, broker)
+        if is_broker:
+            self._part("limits", _collect_limits, families, broker)
         return list(families)
 
     @staticmethod
