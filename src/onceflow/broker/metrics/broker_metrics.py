@@ -63,15 +63,18 @@ class BrokerMetrics:
             self._part("topics", self.topics.collect, families, topics)
             self._part("partitions", collect_partitions, families, topics, wall_ms, txn_timeout, metadata)
             self._part("replicas", self.replicas.collect, families)
-            if services.groups is not None:
-                # The coordinator's read-only entry points (behind a GroupService on the coordinator runtime).
-                groups = getattr(services.groups, "coordinator", services.groups)
-                self._part("groups", collect_groups, families, groups, topics)
-            if services.transactions is not None:
-                coordinator = services.transactions.coordinator
-                self._part(
-                    "transactions", collect_transactions, families, coordinator, topics, wall_ms, txn_timeout
-                )
+            # The coordinators' read-only entry points (those of ListGroups, OffsetFetch, DescribeGroups,
+            # ListTransactions and DescribeTransactions).
+            self._part("groups", collect_groups, families, services.groups.coordinator, topics)
+            self._part(
+                "transactions",
+                collect_transactions,
+                families,
+                services.transactions.coordinator,
+                topics,
+                wall_ms,
+                txn_timeout,
+            )
             self._part("coordinator logs", self.coordinator_logs.collect, families, topics)
         if is_broker:
             families.gauge(
