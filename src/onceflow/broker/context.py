@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from onceflow.broker.faults import Faults
     from onceflow.broker.fetch_session import FetchSessionCache
     from onceflow.broker.group.service import GroupService
+    from onceflow.broker.metrics.broker_metrics import BrokerMetrics
     from onceflow.broker.quotas.manager import ClientQuotas
     from onceflow.broker.topics import TopicManager
     from onceflow.broker.txn.coordinator import ProducerIdSource
@@ -49,6 +50,8 @@ class BrokerServices:
     txn_router: TransactionRouter | None = None
     # A cluster broker: client quotas are the metadata image's, changed through the controller.
     quotas_from_metadata: bool = False
+    # The broker's metrics counters, only when it serves metrics (metrics.port): Produce and Fetch count.
+    metrics: BrokerMetrics | None = None
 
 
 @dataclass(frozen=True, slots=True)
