@@ -36,6 +36,9 @@ closes the connection; until authenticated a frame may be at most ``sasl.server.
 failed authentication is answered after ``connection.failed.authentication.delay.ms`` and the
 connection closes after that answer, reading nothing more meanwhile.
 
+Metrics (``broker/metrics``, only when the broker serves them): ``request_timer`` times each request
+from the read that completed it to the write of its answer (Kafka's RequestMetrics times).
+
 A handler returning ``None`` sends nothing (acks=0 produce, dropped-response fault); raising
 ``CloseConnection`` closes the connection (Kafka's answer to a failed acks=0 produce, the disconnect
 fault); any other exception is a handler bug: logged, connection closed (the client reconnects). An undecodable frame or the peer's EOF closes the connection too; requests
@@ -159,6 +162,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
         authenticator: SaslAuthenticator | None = None,
         max_unauthenticated_bytes: int | None = None,
         certificate_principal: Callable[[dict | None], Any] | None = None,
+        request_timer: Any = None,
     ) -> None:
         self._dispatch = dispatch
         self._supported = supported
@@ -189,6 +193,9 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # time.monotonic() of the last bytes read or answer written (connections.max.idle.ms).
         self.last_active = time.monotonic()
+        self._read_at = self.last_active  # of the last bytes read: when the requests in them arrived
+        self._request_timer = request_timer  # broker/metrics' RequestStats, or None
+        self._timed_answers: dict[int, Any] = {}  # id(answer) -> its timing, until written
 
     # -- asyncio callbacks ---------------------------------------------------------------------------
 
@@ -218,7 +225,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
         return self._connection.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_active = time.monotonic()
+        self.last_active = self._read_at = time.monotonic()
         self._connection.buffer_updated(nbytes)
         self._read_events()
 
@@ -424,6 +431,11 @@ class ClientProtocol(asyncio.BufferedProtocol):
         most handlers never suspend, and then no task is made); a handler still running continues in
         a task. Returns the answer, or a future of it."""
         coro = self._dispatch(event)
+        if self._request_timer is not None:
+            header = event.header
+            coro = self._request_timer.timed(
+                coro, header.api_key, header.api_version, self._read_at, self._timed_answers
+            )
         if _EAGER_TASKS:
             task = asyncio.Task(coro, eager_start=True)  # type: ignore[call-arg]
             if not task.done():
@@ -526,8 +538,12 @@ class ClientProtocol(asyncio.BufferedProtocol):
             if response is not None:
                 self._unwritten_bytes -= len(response)
                 if transport is not None:
+                    timing = self._timed_answers.pop(id(response), None) if self._timed_answers else None
+                    write_start = time.monotonic() if timing is not None else 0.0
                     transport.write(response)
                     self.last_active = time.monotonic()
+                    if timing is not None:
+                        self._request_timer.written(timing, write_start, self.last_active)
             if close_after:
                 self._closing = True
                 if transport is not None:

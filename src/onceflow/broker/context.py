@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from onceflow.broker.faults import Faults
     from onceflow.broker.fetch_session import FetchSessionCache
     from onceflow.broker.group.service import GroupService
+    from onceflow.broker.metrics.broker_metrics import BrokerMetrics
     from onceflow.broker.quotas.manager import ClientQuotas
     from onceflow.broker.security.authorizer import StandardAuthorizer
     from onceflow.broker.security.credentials import ScramCredentials
@@ -57,6 +58,8 @@ class BrokerServices:
     # and the SCRAM credentials (None: a cluster broker, where they are not kept yet).
     authorizer: StandardAuthorizer | None = None
     scram: ScramCredentials | None = None
+    # The broker's metrics counters, only when it serves metrics (metrics.port): Produce and Fetch count.
+    metrics: BrokerMetrics | None = None
 
 
 @dataclass(frozen=True, slots=True)

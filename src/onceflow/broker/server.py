@@ -17,6 +17,10 @@ listener (``listeners``: name, host, port, with its security protocol) is a serv
 TLS where its protocol says so (``broker/security``); every connection has a ``Session`` (listener,
 client address, principal) that its requests' contexts carry, so that handlers authorize the
 principal and answers name every broker's endpoint on the listener the request came in on.
+
+With ``metrics.port`` set the broker counts for Prometheus (``broker/metrics``; the node serves
+``/metrics``): the connections time requests, the handler table counts answers' error codes, Produce
+and Fetch count per topic.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from onceflow.broker.idle_connections import close_idle_connections
 from onceflow.broker.limit_events import LimitEvents
 from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.memory_pool import MemoryPool
+from onceflow.broker.metrics import new_broker_metrics
 from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.quotas.manager import ClientQuotas
 from onceflow.broker.quotas.store import FileQuotaStore
@@ -150,6 +155,10 @@ class Broker:
             quota_window_size_ms=config.quota_window_size_seconds * 1000,
         )
         self._admitted: dict[ClientProtocol, str] = {}  # connection -> its address, to release
+        self.metrics: Any = None  # broker/metrics' BrokerMetrics, when metrics.port is set
+        if config.metrics_port >= 0:
+            self.metrics = new_broker_metrics()
+            self.handlers = self.metrics.requests.instrument(self.handlers)
 
     async def bind(self) -> None:
         """Bind every listener, accepting nothing yet: the bound ports are what the broker registers."""
@@ -212,6 +221,7 @@ class Broker:
             controller=self.controller,
             txn_router=self.txn_router,
             quotas_from_metadata=self.quota_store is not None,
+            metrics=self.metrics,
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._flusher = asyncio.create_task(self._run_flush_policy(), name="flush-policy")
@@ -227,6 +237,8 @@ class Broker:
                 name="idle-connections",
             )
         await transactions.start()  # replays __transaction_state, finishes Prepare* transactions
+        if self.metrics is not None:
+            self.metrics.started(self.topics)  # the coordinators' events count from here
 
     async def serve(self) -> None:
         for listener in self.security.open_listeners():
@@ -324,6 +336,7 @@ class Broker:
             certificate_principal=functools.partial(_certificate_principal, listener)
             if listener.protocol == "SSL"
             else None,
+            request_timer=self.metrics.requests if self.metrics is not None else None,
         )
         return connection
 

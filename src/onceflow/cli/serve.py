@@ -197,6 +197,11 @@ def _convert(raw: str, kind: type, name: str):
     help="Developer mode: group.initial.rebalance.delay.ms=0 (unless --config sets it), so a new group "
     "is formed at once instead of waiting Kafka's 3 s for more members.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (metrics.port; 0 picks a free port).",
+)
 @click.option("--verbose", is_flag=True, help="Debug logging.")
 @click.option(
     "--help-configs",
@@ -206,7 +211,7 @@ def _convert(raw: str, kind: type, name: str):
     callback=lambda ctx, _param, value: _print_configs(ctx) if value else None,
     help="List every setting --config takes, with its default, and exit.",
 )
-def serve(host, port, data_dir, faults, configs, config_file, dev, verbose):
+def serve(host, port, data_dir, faults, configs, config_file, dev, metrics_port, verbose):
     """Run a node in the foreground (Ctrl-C stops it cleanly): a single broker by default, or a
     broker and/or controller of a cluster (process.roles, node.id, controller.quorum.voters, listeners)."""
     from onceflow.server.config import ConfigError, server_config, split_properties
@@ -219,6 +224,8 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, verbose):
         except PropertiesError as exc:
             raise click.BadParameter(str(exc), param_hint="--config-file")
     properties.update(parse_key_values(configs, "--config"))
+    if metrics_port is not None:
+        properties["metrics.port"] = str(metrics_port)
     if "log.dirs" in properties or "log.dir" in properties:
         key = "log.dirs" if "log.dirs" in properties else "log.dir"
         dirs = [d for d in properties.pop(key).split(",") if d.strip()]
@@ -258,13 +265,14 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, verbose):
             "accepted with no effect on onceflow: %s", ", ".join(f"{n} ({NO_EFFECT[n]})" for n in ignored)
         )
     from onceflow.broker.data_dir_lock import DataDirError
+    from onceflow.broker.metrics import MetricsEndpointError
     from onceflow.server.broker_lifecycle import RegistrationRefused
     from onceflow.server.node import run
     from onceflow.server.raft_quorum import QuorumUnavailable
 
     try:
         run(server, config)
-    except (DataDirError, QuorumUnavailable, RegistrationRefused) as exc:
+    except (DataDirError, MetricsEndpointError, QuorumUnavailable, RegistrationRefused) as exc:
         raise click.ClickException(str(exc))
     except ValueError as exc:  # e.g. an unknown fault point name
         raise click.BadParameter(str(exc), param_hint="--fault/--config")

@@ -211,6 +211,8 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             break
         await _wait_for_data(loop, result.partitions, remaining)
     answer = context.respond(result.results, _now_ms())
+    if ctx.services.metrics is not None:  # BrokerTopicMetrics: partitions read, bytes out
+        ctx.services.metrics.topics.fetched(result.results, answer.partitions)
     return FetchResponse(
         throttle_time_ms=0,
         error_code=int(answer.error_code),

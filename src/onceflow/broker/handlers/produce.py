@@ -65,6 +65,14 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> _Partitio
     )
 
 
+def _failed(
+    ctx: RequestContext, topic, index: int, code: ErrorCode, message: str | None = None
+) -> _PartitionResponse:
+    if ctx.services.metrics is not None:  # BrokerTopicMetrics (``topic`` None: one this broker lacks)
+        ctx.services.metrics.topics.produce_failed(topic.name if topic is not None else None, code)
+    return _error(index, code, message)
+
+
 def _append_partition(
     ctx: RequestContext,
     topic_name: str | None,
@@ -73,10 +81,11 @@ def _append_partition(
     transactional_id: str | None = None,
     acks: int = -1,
 ) -> _PartitionResponse:
+    topic = None
     try:
         topic = ctx.topics.get(topic_name) if topic_name is not None else None
         if topic is None:
-            return _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return _failed(ctx, None, index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if topic.internal:
             raise InvalidTopic(f"cannot produce to internal topic {topic_name}")
         partition = ctx.topics.get_partition(topic_name, index)
@@ -105,10 +114,12 @@ def _append_partition(
         result = partition.append(batches)
     except KafkaError as exc:
         log.debug("produce to %s-%d failed: %s", topic_name, index, exc)
-        return _error(index, error_code_for(exc), str(exc))
+        return _failed(ctx, topic, index, error_code_for(exc), str(exc))
     except OSError as exc:  # a disk problem: Kafka answers KAFKA_STORAGE_ERROR (retriable)
         log.exception("append to %s-%d failed", topic_name, index)
-        return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+        return _failed(ctx, topic, index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+    if ctx.services.metrics is not None:
+        ctx.services.metrics.topics.produced(topic_name, len(records), result)
     return _PartitionResponse(
         index=index,
         error_code=0,
