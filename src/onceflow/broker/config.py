@@ -116,6 +116,10 @@ class BrokerConfig:
     metrics_host: str = ""  # metrics.host: the address to bind (empty: the broker's host)
     # Fault points by name -> probability 0..1, plus parameters such as "delay-response.ms".
     faults: dict[str, float] = field(default_factory=dict)
+    # TLS, SASL and the authorizer, as Kafka's settings by their own names (ssl.*, sasl.*,
+    # listener.name.<l>.*, authorizer.class.name, super.users, ...): broker/security/config.py reads
+    # and checks them against the node's listeners. Empty: no TLS, no SASL, no authorizer.
+    security: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

@@ -52,6 +52,7 @@ from onceflow.server.migration import retire_single_node_files, single_node_reco
 from onceflow.server.peer_connections import PeerConnections
 from onceflow.server.producer_id_blocks import ControllerProducerIds
 from onceflow.server.quorum import LocalQuorum
+from onceflow.server.security import broker_security
 from onceflow.server.topic_admin import AsyncTopicAdmin, LocalTopicAdmin
 from onceflow.server.txn_markers import ClusterMarkerWriter
 from onceflow.server.txn_router import TransactionRouter
@@ -144,11 +145,16 @@ class Node:
     async def _start(self) -> None:
         server, config = self.server, self.config
         broker_listeners = server.broker_listeners()
+        if server.is_broker:
+            broker_security(server, config.security)  # ConfigError: what a cluster cannot do yet
         self.broker = Broker(
             config,
             log_opener=self._log_opener,
             listeners=[(lst.name, lst.host, lst.port) for lst in broker_listeners],
+            protocols={lst.name: lst.security_protocol for lst in broker_listeners},
         )
+        # A cluster's brokers keep no SCRAM credentials of their own (server.security).
+        self.broker.keeps_credentials = server.single_node
         if self.broker.metrics is not None:
             # First: a metrics port that cannot be bound stops the start at once. What is not there
             # yet (the quorum, the broker's services) is left out of a scrape until it is.
