@@ -27,6 +27,11 @@ DELAY_RESPONSE = "delay-response"
 # __transaction_state, before any marker is written: recovery must then finish the transaction.
 CRASH_AFTER_PREPARE = "crash-after-prepare"
 
+# Coordinator runtime. An append to __consumer_offsets or __transaction_state fails as a broken disk
+# would (KAFKA_STORAGE_ERROR) with nothing written: the coordinator's state stays as it was and the
+# request is answered NOT_COORDINATOR, which clients retry.
+FAIL_COORDINATOR_APPEND = "fail-coordinator-append"
+
 FAULT_POINTS = frozenset(
     {
         DROP_REQUEST_BEFORE_APPEND,
@@ -34,6 +39,7 @@ FAULT_POINTS = frozenset(
         DISCONNECT_AFTER_APPEND,
         DELAY_RESPONSE,
         CRASH_AFTER_PREPARE,
+        FAIL_COORDINATOR_APPEND,
     }
 )
 DEFAULT_PARAMETERS = {"delay-response.ms": 1000.0}

@@ -310,7 +310,7 @@ class Node:
 
     def _partitions_deleted(self, partitions) -> None:
         services = self.broker.services if self.broker is not None else None
-        if services is not None and services.groups is not None:
+        if services is not None:
             services.groups.on_partitions_deleted(partitions)
 
     # ------------------------------------------------------------ stop
