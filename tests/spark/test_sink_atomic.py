@@ -96,7 +96,7 @@ def reference(spark, broker, input_topic, tmp_path_factory):
     assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [200, 200, 200]
     expected = by_partition(broker.bootstrap, output)
     with SimpleClient(broker.bootstrap) as client:
-        read = client.consume(input_topic, isolation_level="read_committed", timeout_s=1.5)
+        read = list(client.consume(input_topic, isolation_level="read_committed", timeout_s=1.5))
         inputs = {p: [(r.key, r.value.upper()) for r in read if r.partition == p] for p in (0, 1)}
     assert expected == inputs
     intent = IntentLog(checkpoint).read()

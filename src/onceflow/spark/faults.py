@@ -88,4 +88,10 @@ def _kill_driver() -> None:
         log.error("fault %s ignored: the driver does not run in its own session", spec)
         return
     log.warning("fault %s: killing the driver's process group %d", spec, session)
+    # Spark's Python workers may run in a process group of their own within the session: that group
+    # and this process die too, or the worker would go on completing what the fault interrupts.
+    own_group = os.getpgid(0)
     os.killpg(session, signal.SIGKILL)
+    if own_group != session:
+        os.killpg(own_group, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
