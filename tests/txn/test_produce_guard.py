@@ -47,7 +47,9 @@ def answer_v3_to_v11(code: ErrorCode, produce_version: int) -> ErrorCode:
 
 
 def answer_v12(code: ErrorCode) -> ErrorCode:
-    ctx = SimpleNamespace(transactions=SimpleNamespace(coordinator=RefusingCoordinator(code)))
+    ctx = SimpleNamespace(
+        transactions=SimpleNamespace(coordinator=RefusingCoordinator(code)), txn_router=None
+    )
     request = SimpleNamespace(
         transactional_id="tid",
         topic_data=[

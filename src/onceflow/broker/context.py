@@ -40,7 +40,7 @@ class BrokerServices:
     producer_ids: ProducerIdSource
     groups: GroupService
     transactions: TransactionService
-    quotas: ClientQuotas | None = None  # client quotas (broker/quotas)
+    quotas: ClientQuotas  # client quotas (broker/quotas)
     # The cluster: the replayed metadata image (broker.cluster_metadata.ClusterMetadata) and the
     # channel to the active controller that admin requests are forwarded on.
     metadata: ClusterMetadata | None = None
@@ -89,7 +89,7 @@ class RequestContext:
         return self.services.transactions
 
     @property
-    def quotas(self) -> ClientQuotas | None:
+    def quotas(self) -> ClientQuotas:
         return self.services.quotas
 
     @property

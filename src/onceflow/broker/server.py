@@ -315,7 +315,7 @@ class Broker:
         )
         handler = self.handlers[header.api_key]
         quotas = self.services.quotas
-        if quotas is not None and quotas.any_enabled:
+        if quotas.any_enabled:
             return await answer_within_quotas(handler, ctx, event, quotas, self.limit_events)
         response = await handler.handle(ctx, event.request)
         if response is None:

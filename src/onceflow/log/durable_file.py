@@ -2,8 +2,9 @@
 
 Every file the broker rewrites whole goes through :func:`write_atomically`: the segment indexes,
 producer snapshots, ``log-start-offset``, the cleaner's swap list and checkpoint, ``topics.json``,
-``meta.properties`` and the producer-id block. The sequence is: write ``<name>.tmp``, fsync it,
-rename it over ``<name>``, fsync the directory (the rename is only durable once the directory is).
+``meta.properties``, the producer-id block, and the metadata quorum's state file and snapshots. The
+sequence is: write ``<name>.tmp``, fsync it, rename it over ``<name>``, fsync the directory (the
+rename is only durable once the directory is).
 With ``durable=False`` both fsyncs are skipped: a crash still leaves a whole file (the rename is
 atomic) but maybe the old one, for files whose loss costs only work (the cleaner's checkpoint, indexes
 written at roll, which a later flush writes durably). A leftover ``.tmp`` is never read back; each
@@ -18,15 +19,18 @@ from pathlib import Path
 TEMP_SUFFIX = ".tmp"
 
 
-def temp_path(path: Path) -> Path:
+def temp_path(path: Path, suffix: str = TEMP_SUFFIX) -> Path:
     """Where :func:`write_atomically` writes before the rename."""
-    return path.with_name(path.name + TEMP_SUFFIX)
+    return path.with_name(path.name + suffix)
 
 
-def write_atomically(path: Path, data: bytes | str, *, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` (text is written as UTF-8)."""
+def write_atomically(
+    path: Path, data: bytes | str, *, durable: bool = True, temp_suffix: str = TEMP_SUFFIX
+) -> None:
+    """Replace ``path`` with ``data`` (text is written as UTF-8). ``temp_suffix``: the temp file's
+    suffix, for owners whose leftovers are known by another name (the quorum's ``.part`` snapshots)."""
     path = Path(path)
-    temp = temp_path(path)
+    temp = temp_path(path, temp_suffix)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:

@@ -62,6 +62,11 @@ R = TypeVar("R")
 # Kafka's CoordinatorTimer backoff before a timer whose write failed runs again.
 TIMER_RETRY_BACKOFF_MS = 500
 
+# The coordinator epoch a broker loads every partition under at start: one broker owns them all, and
+# markers of its earlier runs carry the same epoch. With replication a partition is loaded under its
+# leader epoch instead.
+STARTUP_COORDINATOR_EPOCH = 0
+
 
 class CoordinatorShard(Protocol):
     def replay(self, partition: int, batch: StoredBatch) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from onceflow.broker.coordinator.records import CoordinatorResult, marker_batch
-from onceflow.broker.coordinator.runtime import CoordinatorRuntime, PartitionStatus
+from onceflow.broker.coordinator.runtime import STARTUP_COORDINATOR_EPOCH, CoordinatorRuntime, PartitionStatus
 from onceflow.broker.coordinator.scheduler import Scheduler
 from onceflow.broker.coordinator.writer import PartitionWriter
 from onceflow.broker.group.config import GroupCoordinatorConfig
@@ -57,9 +57,6 @@ log = logging.getLogger(__name__)
 E = ErrorCode
 T = TypeVar("T")
 
-# One broker owns every partition, under this coordinator epoch; replication makes it the leader epoch.
-COORDINATOR_EPOCH = 0
-
 
 class GroupCoordinator:
     def __init__(
@@ -79,14 +76,14 @@ class GroupCoordinator:
         self._shard.attach(self.runtime)
         # Until load(), every partition answers COORDINATOR_LOAD_IN_PROGRESS.
         for partition in range(self.runtime.num_partitions):
-            self.runtime.begin_load(partition, COORDINATOR_EPOCH)
+            self.runtime.begin_load(partition, STARTUP_COORDINATOR_EPOCH)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def load(self) -> None:
         """Replay every partition of ``__consumer_offsets`` and serve them (one broker owns all)."""
         for partition in range(self.runtime.num_partitions):
-            self.load_partition(partition, COORDINATOR_EPOCH)
+            self.load_partition(partition, STARTUP_COORDINATOR_EPOCH)
         groups = len(self._shard.groups) + len(self.consumer_groups.all())
         log.info("group coordinator loaded %d groups", groups)
 

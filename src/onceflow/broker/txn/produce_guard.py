@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 
 from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError
 from onceflow.protocol.records import BatchHeader
+from onceflow.protocol.transaction_versions import FIRST_ABORTABLE_PRODUCE_VERSION, FIRST_TV2_PRODUCE_VERSION
 
 if TYPE_CHECKING:
     from onceflow.broker.topics import Partition
     from onceflow.broker.txn.service import TransactionService
     from onceflow.server.txn_router import TransactionRouter
-from onceflow.protocol.transaction_versions import FIRST_ABORTABLE_PRODUCE_VERSION, FIRST_TV2_PRODUCE_VERSION
 
 # Coordinator answers a producer may not retry on a Produce; NOT_ENOUGH_REPLICAS makes every producer
 # retry without refreshing its metadata.

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from onceflow.broker import faults as fault_points
 from onceflow.broker.coordinator.commits import committed
 from onceflow.broker.coordinator.internal_topic import InternalTopicWriter
+from onceflow.broker.coordinator.runtime import STARTUP_COORDINATOR_EPOCH
 from onceflow.broker.coordinator.scheduler import AsyncioScheduler
 from onceflow.broker.txn.config import TransactionConfig
 from onceflow.broker.txn.coordinator import ProducerIdSource, TransactionCoordinator, TransactionDescription
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
     from onceflow.broker.topics import TopicManager
 
 log = logging.getLogger(__name__)
-
-COORDINATOR_EPOCH = 0
 
 
 def _now_ms() -> int:
@@ -180,7 +179,7 @@ class TransactionService:
 
     async def start(self) -> None:
         coordinator = self.coordinator
-        coordinator.load(COORDINATOR_EPOCH)
+        coordinator.load(STARTUP_COORDINATOR_EPOCH)
         done = await coordinator.retry_incomplete_transactions()
         if done:
             log.info("completed %d transaction(s) found in PrepareCommit/PrepareAbort: %s", len(done), done)
