@@ -187,6 +187,7 @@ def txn_list(bootstrap: str) -> str:
     return result.output
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_driver_killed_after_the_intent_with_a_broker_restart_before_the_resume(
     spark, broker, input_topic, reference, tmp_path
@@ -195,7 +196,7 @@ def test_driver_killed_after_the_intent_with_a_broker_restart_before_the_resume(
     config = config_for(broker, input_topic, output, tmp_path / "ckpt")
     log_path = tmp_path / "driver.log"
     proc = start_child_driver(config, "kill-driver-after-intent:1", log_path)
-    assert wait_child(proc) == -9, log_path.read_text()[-3000:]
+    assert wait_child(proc, timeout=600) == -9, log_path.read_text()[-3000:]
     intent = IntentLog(tmp_path / "ckpt").read()
     assert intent.batch_id == 1 and not intent.completed and len(intent.transactions) == 2
     # Batch 1 is prepared, not visible: it holds the LSO, and `onceflow txn list` shows it.
@@ -213,19 +214,21 @@ def test_driver_killed_after_the_intent_with_a_broker_restart_before_the_resume(
     assert not any(t in txn_list(broker.bootstrap) for t in intent.transactions)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_driver_killed_after_some_completions(spark, broker, input_topic, reference, tmp_path):
     output = new_output(broker, "atomic-kill-half")
     config = config_for(broker, input_topic, output, tmp_path / "ckpt")
     log_path = tmp_path / "driver.log"
     proc = start_child_driver(config, "kill-driver-after-completions:1:1", log_path)
-    assert wait_child(proc) == -9, log_path.read_text()[-3000:]
+    assert wait_child(proc, timeout=600) == -9, log_path.read_text()[-3000:]
     assert not IntentLog(tmp_path / "ckpt").read().completed
     progress = run_pipeline(config, spark)
     assert [p["batchId"] for p in progress if p["numInputRows"]] == [1, 2]
     assert by_partition(broker.bootstrap, output) == reference
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_task_failing_after_it_prepared_is_retried(broker, input_topic, reference, tmp_path):
     output = new_output(broker, "atomic-task")
@@ -234,7 +237,7 @@ def test_a_task_failing_after_it_prepared_is_retried(broker, input_topic, refere
     proc = start_child_driver(
         config, "fail-task-after-prepare:1", log_path, extra_args=("--master", "local[2,3]")
     )
-    assert wait_child(proc) == 0, log_path.read_text()[-3000:]
+    assert wait_child(proc, timeout=600) == 0, log_path.read_text()[-3000:]
     assert "fail-task-after-prepare:1" in log_path.read_text()  # the fault did fire
     assert by_partition(broker.bootstrap, output) == reference
 
