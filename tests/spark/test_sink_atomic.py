@@ -201,7 +201,8 @@ def test_driver_killed_after_the_intent_with_a_broker_restart_before_the_resume(
     assert intent.batch_id == 1 and not intent.completed and len(intent.transactions) == 2
     # Batch 1 is prepared, not visible: it holds the LSO, and `onceflow txn list` shows it.
     seen = by_partition(broker.bootstrap, output)
-    assert {p: len(rows) for p, rows in seen.items()} == {p: len(reference[p]) // 3 for p in (0, 1)}
+    assert sum(len(rows) for rows in seen.values()) == BATCH_OFFSETS  # batch 0 only
+    assert all(seen[p] == reference[p][: len(seen[p])] for p in (0, 1))
     listing = txn_list(broker.bootstrap)
     for transactional_id in intent.transactions:
         [row] = [line for line in listing.splitlines() if transactional_id in line]
