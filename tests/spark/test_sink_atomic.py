@@ -32,7 +32,7 @@ from tests.helpers.broker import BrokerProcess, TansuProcess, tansu_binary  # no
 from tests.spark.test_sink_faults import by_partition, start_child_driver, wait_child  # noqa: E402
 
 from onceflow.cli.main import cli  # noqa: E402
-from onceflow.client import SimpleClient  # noqa: E402
+from onceflow.client import AdminClient, SimpleClient  # noqa: E402
 from onceflow.client.consumer import Consumer  # noqa: E402
 from onceflow.spark.batch_intent import IntentLog  # noqa: E402
 from onceflow.spark.pipeline import PipelineConfig, run_pipeline  # noqa: E402
@@ -203,10 +203,11 @@ def test_driver_killed_after_the_intent_with_a_broker_restart_before_the_resume(
     seen = by_partition(broker.bootstrap, output)
     assert sum(len(rows) for rows in seen.values()) == BATCH_OFFSETS  # batch 0 only
     assert all(seen[p] == reference[p][: len(seen[p])] for p in (0, 1))
-    listing = txn_list(broker.bootstrap)
-    for transactional_id in intent.transactions:
-        [row] = [line for line in listing.splitlines() if transactional_id in line]
-        assert "yes" in row
+    with AdminClient(broker.bootstrap) as admin:
+        for transactional_id in intent.transactions:
+            described = admin.describe_transaction(transactional_id)
+            assert described.state == "Ongoing" and described.is_two_phase_commit
+    assert "yes" in txn_list(broker.bootstrap)  # the CLI marks them two-phase (long ids may wrap)
     broker.kill9()
     broker.restart()
     progress = run_pipeline(config, spark)  # finishes batch 1's intent, replays batch 1 (writes nothing)
