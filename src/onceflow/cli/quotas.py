@@ -7,8 +7,8 @@ sets and shows them (KIP-546's AlterClientQuotas and DescribeClientQuotas).
     onceflow quotas describe [--client app | --client-defaults] [--user U | --user-defaults]
     onceflow quotas describe --entity-type clients
 
-Until onceflow authenticates clients every client's user is ANONYMOUS, so a user quota matters only
-as ``--user ANONYMOUS`` or ``--user-defaults`` (and then applies to every client).
+A client's user is the name its connection authenticated as (SASL, or a client certificate; see
+docs/security.md), ``ANONYMOUS`` on a listener without authentication.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import asyncio
 import click
 from rich.table import Table
 
-from onceflow.cli.common import bootstrap_option, friendly_errors, out
+from onceflow.cli.common import bootstrap_option, client_security, friendly_errors, out
 
 _ENTITY_TYPES = {"clients": "client-id", "users": "user"}
 
@@ -34,6 +34,22 @@ def _entity(client: str | None, client_defaults: bool, user: str | None, user_de
     if client is not None or client_defaults:
         entity["client-id"] = client
     return entity
+
+
+# Kafka's quota keys of client and user entities (KIP-13, KIP-124, KIP-599).
+QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate")
+
+
+def _check_key(key: str) -> None:
+    """A key that looks like a typo of a quota key is refused here, naming the key meant; any other
+    unknown key is left to the broker (which refuses it with INVALID_REQUEST)."""
+    import difflib
+
+    close = difflib.get_close_matches(key, QUOTA_KEYS, n=1, cutoff=0.8)
+    if key not in QUOTA_KEYS and close:
+        raise click.BadParameter(
+            f"unknown quota {key!r}; did you mean {close[0]!r}?", param_hint="--add-config"
+        )
 
 
 def _parse_add_config(text: str | None) -> dict[str, float]:
@@ -89,12 +105,16 @@ def set_(client, client_defaults, user, user_defaults, add_config, delete_config
         raise click.UsageError("name the entity: --client, --client-defaults, --user or --user-defaults")
     values = _parse_add_config(add_config)
     delete = [k.strip() for k in (delete_config or "").split(",") if k.strip()]
+    for key in [*values, *delete]:
+        _check_key(key)
     if not values and not delete:
         raise click.UsageError("nothing to do: give --add-config and/or --delete-config")
     from onceflow.client.admin import AsyncAdminClient
 
     async def alter() -> None:
-        async with AsyncAdminClient(bootstrap, client_id="onceflow-quotas") as admin:
+        async with AsyncAdminClient(
+            bootstrap, client_id="onceflow-quotas", security=client_security()
+        ) as admin:
             await admin.alter_client_quotas(entity, values, delete)
 
     with friendly_errors(bootstrap):
@@ -121,7 +141,9 @@ def describe(client, client_defaults, user, user_defaults, entity_types, bootstr
     from onceflow.client.admin import AsyncAdminClient
 
     async def describe_quotas():
-        async with AsyncAdminClient(bootstrap, client_id="onceflow-quotas") as admin:
+        async with AsyncAdminClient(
+            bootstrap, client_id="onceflow-quotas", security=client_security()
+        ) as admin:
             return await admin.describe_client_quotas(exact, specified, strict=bool(exact or specified))
 
     with friendly_errors(bootstrap):

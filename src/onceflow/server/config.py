@@ -4,7 +4,9 @@
 ``controller.quorum.voters`` (``1@127.0.0.1:19093,2@...``), ``listeners`` (``NAME://host:port,...``),
 ``advertised.listeners``, ``controller.listener.names``, ``inter.broker.listener.name`` and
 ``listener.security.protocol.map`` are checked here, with Kafka's rules (``KafkaConfig``), each broken
-rule one line naming the setting. Every other key is left to its owner: ``controller.quorum.*`` to the
+rule one line naming the setting. Broker listeners may use any of Kafka's four security protocols
+(``server.security`` checks what each needs); controller listeners, and the inter-broker listener of a
+cluster, are PLAINTEXT so far. Every other key is left to its owner: ``controller.quorum.*`` to the
 Raft layer, the broker's settings (``num.partitions``, ``log.retention.ms`` ...) to ``BrokerConfig``.
 
 With no ``process.roles`` the node is the **single-node default**: a combined broker and controller,
@@ -271,10 +273,10 @@ def server_config(
             f"process.roles must be broker, controller or broker,controller, not {roles_text!r}"
         )
     if "node.id" not in properties:
-        raise ConfigError("node.id must be set when process.roles is")
+        raise ConfigError("node.id must be set when process.roles is set")
     node_id = _int(properties, "node.id", -1)
     if "controller.quorum.voters" not in properties:
-        raise ConfigError("controller.quorum.voters must be set when process.roles is")
+        raise ConfigError("controller.quorum.voters must be set when process.roles is set")
     voters = parse_voters(properties["controller.quorum.voters"])
     if ROLE_CONTROLLER in roles and node_id not in voters:
         raise ConfigError(
@@ -291,7 +293,7 @@ def server_config(
     if not controller_names:
         raise ConfigError("controller.listener.names must name the listener controllers are reached on")
     if "listeners" not in properties:
-        raise ConfigError("listeners must be set when process.roles is (e.g. PLAINTEXT://127.0.0.1:9092)")
+        raise ConfigError("listeners must be set when process.roles is set (e.g. PLAINTEXT://127.0.0.1:9092)")
     listeners = _with_protocols(
         parse_listeners(properties["listeners"], "listeners"), protocols, controller_names
     )
@@ -342,6 +344,12 @@ def server_config(
             f"inter.broker.listener.name {inter_broker} is not one of the broker listeners "
             f"({', '.join(lst.name for lst in broker_listeners)})"
         )
+    inter_protocol = next(lst.security_protocol for lst in broker_listeners if lst.name == inter_broker)
+    if inter_protocol != PLAINTEXT:
+        raise ConfigError(
+            f"inter.broker.listener.name {inter_broker} uses {inter_protocol}; brokers reach each other "
+            "over PLAINTEXT only so far (give them a PLAINTEXT listener on a private network)"
+        )
     advertised = _advertised(properties, broker_listeners, protocols, controller_names)
     return ServerConfig(
         node_id=node_id,
@@ -368,9 +376,10 @@ def _with_protocols(
                     "listener.security.protocol.map"
                 )
             protocol = PLAINTEXT  # Kafka lets an unmapped controller listener be PLAINTEXT
-        if protocol != PLAINTEXT:
+        if protocol != PLAINTEXT and listener.name in controller_names:
             raise ConfigError(
-                f"listener {listener.name} uses {protocol}; onceflow serves PLAINTEXT listeners only so far"
+                f"controller listener {listener.name} uses {protocol}; controllers serve PLAINTEXT only so "
+                "far (keep the controller listener on a private network)"
             )
         result.append(Listener(listener.name, listener.host, listener.port, protocol))
     return tuple(result)
@@ -388,10 +397,10 @@ def _advertised(
     if "advertised.listeners" in properties:
         for listener in parse_listeners(properties["advertised.listeners"], "advertised.listeners"):
             if listener.name in controller_names:
-                raise ConfigError(
-                    f"advertised.listeners cannot have the controller listener {listener.name} "
-                    "(controllers are reached through controller.quorum.voters)"
-                )
+                # As in Kafka (whose sample server.properties advertises CONTROLLER://...): a
+                # controller listener there is not a broker's, and is never told to clients.
+                # Controllers are reached through controller.quorum.voters.
+                continue
             if listener.name not in {lst.name for lst in broker_listeners}:
                 raise ConfigError(
                     f"advertised.listeners has {listener.name}, which is not one of the listeners"

@@ -3,9 +3,10 @@ partition's log, as kafka-python's ``describe_log_dirs``, Kafka's ``kafka-log-di
 monitoring tools ask.
 
 As Kafka: a null topic list means every topic (internal ones included); partitions the broker does not
-have are left out rather than refused. Per partition: the bytes of its segments, an offset lag of 0
+have a log of (on a cluster: those other brokers hold) are left out rather than refused. Per partition: the bytes of its segments, an offset lag of 0
 (one replica: the log end is the high watermark) and never a future log (no AlterReplicaLogDirs).
-From v4 the volume's total and usable bytes (Kafka's ``getTotalSpace`` / ``getUsableSpace``).
+From v4 the volume's total and usable bytes (Kafka's ``getTotalSpace`` / ``getUsableSpace``). Needs
+DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED and no results.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import os
 from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import CLUSTER, DESCRIBE, authorize
+from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 35
 MIN_VERSION = 0
@@ -29,24 +32,33 @@ _PartitionResult = _TopicResult.DescribeLogDirsPartition
 def _wanted(ctx: RequestContext, request: DescribeLogDirsRequest) -> dict[str, list[int]]:
     """Topic -> partition indexes to describe, only those that exist, in request order."""
     if request.topics is None:
-        return {t.name: list(range(len(t.partitions))) for t in ctx.topics}
-    wanted: dict[str, list[int]] = {}
+        wanted = {t.name: [p.index for p in t.partitions if p.log is not None] for t in ctx.topics}
+        return {name: indexes for name, indexes in wanted.items() if indexes}
+    wanted = {}
     for t in request.topics:
         topic = ctx.topics.get(t.topic)
         if topic is not None:
             indexes = wanted.setdefault(t.topic, [])
-            indexes.extend(p for p in t.partitions if 0 <= p < len(topic.partitions) and p not in indexes)
+            indexes.extend(
+                p
+                for p in t.partitions
+                if 0 <= p < len(topic.partitions) and topic.partitions[p].log is not None and p not in indexes
+            )
     return {name: indexes for name, indexes in wanted.items() if indexes}
 
 
 async def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    if not authorize(ctx, DESCRIBE, CLUSTER):
+        return DescribeLogDirsResponse(
+            throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), results=[]
+        )
     topics = [
         _TopicResult(
             name=name,
             partitions=[
                 _PartitionResult(
                     partition_index=index,
-                    partition_size=ctx.topics.get_partition(name, index).log.size_in_bytes,
+                    partition_size=ctx.topics.get(name).partitions[index].log.size_in_bytes,
                     offset_lag=0,
                     is_future_key=False,
                 )

@@ -13,6 +13,11 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless the broker's ``transaction.two.phas
 and ``KeepPreparedTxn`` keeps the id's open two-phase commit transaction instead of aborting it,
 answering the producer id and epoch that wrote it in ``OngoingTxnProducerId/Epoch`` (-1 when none).
 Kafka 4 marks v6 unstable and does not advertise it; onceflow does, as it implements it.
+
+Authorization (Kafka's): WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+without one, IDEMPOTENT_WRITE on the cluster or WRITE on at least one topic (Kafka 3+), else
+CLUSTER_AUTHORIZATION_FAILED. Checked before anything else, so a principal without the right cannot
+fence another's transactional producer.
 """
 
 from __future__ import annotations
@@ -22,6 +27,15 @@ import logging
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import (
+    CLUSTER,
+    IDEMPOTENT_WRITE,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+    authorize,
+    authorize_any,
+)
 from onceflow.broker.txn.errors import wire_code
 from onceflow.broker.txn.metadata import ProducerIdAndEpoch
 from onceflow.protocol.errors import ErrorCode, InvalidRequest, KafkaError
@@ -53,6 +67,13 @@ def _response(
 
 async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     transactional_id = request.transactional_id
+    if transactional_id is not None:
+        if not authorize(ctx, WRITE, TRANSACTIONAL_ID, transactional_id):
+            return _response(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    elif not authorize(ctx, IDEMPOTENT_WRITE, CLUSTER, log_denied=False) and not authorize_any(
+        ctx, WRITE, TOPIC
+    ):
+        return _response(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     enable_2pc = ctx.api_version >= 6 and request.enable2_pc
     keep_prepared_txn = ctx.api_version >= 6 and request.keep_prepared_txn
     ongoing = None

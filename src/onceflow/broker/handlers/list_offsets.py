@@ -4,6 +4,7 @@ Special timestamps (Kafka's ``ListOffsetsRequest``): -2 earliest, -1 latest (the
 the last stable offset for read_committed), -3 the record with the largest timestamp (KIP-734),
 -4 earliest local (= earliest without tiered storage), -5 latest tiered (none: -1, KIP-1005).
 A timestamp >= 0 finds the first record with a timestamp at least that large; none gives -1/-1.
+Each topic needs DESCRIBE, else its partitions are TOPIC_AUTHORIZATION_FAILED (Kafka's check).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.protocol.errors import KafkaError, error_code_for
+from onceflow.broker.security.access import DESCRIBE, TOPIC, allowed_names
+from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.record_codec import decode_batches
 from onceflow.protocol.records import BatchHeader
 
@@ -95,19 +97,19 @@ def _lookup(plog, timestamp: int, read_committed: bool) -> tuple[int, int]:
     return offset, found_timestamp
 
 
+def _failed(index: int, code: ErrorCode) -> _PartitionResponse:
+    return _PartitionResponse(
+        partition_index=index, error_code=int(code), timestamp=-1, offset=-1, leader_epoch=-1
+    )
+
+
 def _partition(ctx: RequestContext, topic: str, part, read_committed: bool) -> _PartitionResponse:
     try:
         partition = ctx.topics.get_partition(topic, part.partition_index)
         plog = partition.log
         offset, timestamp = _lookup(plog, part.timestamp, read_committed)
     except KafkaError as exc:
-        return _PartitionResponse(
-            partition_index=part.partition_index,
-            error_code=int(error_code_for(exc)),
-            timestamp=-1,
-            offset=-1,
-            leader_epoch=-1,
-        )
+        return _failed(part.partition_index, error_code_for(exc))
     return _PartitionResponse(
         partition_index=part.partition_index,
         error_code=0,
@@ -119,9 +121,16 @@ def _partition(ctx: RequestContext, topic: str, part, read_committed: bool) -> _
 
 async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     read_committed = ctx.api_version >= 2 and request.isolation_level == READ_COMMITTED
+    described = allowed_names(ctx, DESCRIBE, TOPIC, (t.name for t in request.topics))
     topics = [
         _TopicResponse(
-            name=t.name, partitions=[_partition(ctx, t.name, p, read_committed) for p in t.partitions]
+            name=t.name,
+            partitions=[
+                _failed(p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                if described is not None and t.name not in described
+                else _partition(ctx, t.name, p, read_committed)
+                for p in t.partitions
+            ],
         )
         for t in request.topics
     ]
