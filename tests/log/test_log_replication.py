@@ -276,3 +276,14 @@ def test_truncation_below_the_high_watermark_lowers_it_and_later_epochs_go(tmp_p
     assert (log.log_end_offset, log.high_watermark, epochs(log)) == (2, 2, [(1, 0)])
     assert (tmp_path / "t-0" / CHECKPOINT_FILE).read_text() == "0\n1\n1 0\n"
     log.close()
+
+
+def test_truncation_at_the_log_end_drops_an_epoch_that_wrote_nothing(tmp_path):
+    """A leader elected at offset 5 that lost the leadership before writing has (2, 5) in its cache; as a
+    follower it must forget it, or every Fetch names epoch 2, which the new leader never saw."""
+    log = open_log(tmp_path / "t-0")
+    lead(log, make_batch(5), epoch=1)
+    log.leader_epochs.assign(2, 5)  # what become_leader records
+    log.truncate_to(5)
+    assert epochs(log) == [(1, 0)]
+    log.close()

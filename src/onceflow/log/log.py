@@ -664,6 +664,9 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Remove everything from ``offset`` on (from the start of the batch holding it)."""
         if offset >= self.log_end_offset:
+            # Nothing to cut, but a leader epoch this log started and never wrote in (it lost the
+            # leadership first) must go: a follower's last epoch decides where it diverges.
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
             return
         self._directory_changed = True
         now = self._clock_ms()
