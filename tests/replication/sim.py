@@ -38,25 +38,15 @@ from typing import Any
 
 from tests.controller.harness import CLUSTER, FakeLog, create_topics_request, run
 
-from onceflow.broker.replica.acks import PendingProduce
-from onceflow.broker.replica.alter_partition import build_request, parse_response
 from onceflow.broker.replica.config import ReplicaConfig
-from onceflow.broker.replica.fetcher import (
-    EpochEndOffset,
-    EpochRequestData,
-    FetchRequestData,
-    LeaderOffsets,
-    LeaderOffsetsRequestData,
-    ReplicaFetcher,
-)
-from onceflow.broker.replica.image_view import ImageBrokerView
-from onceflow.broker.replica.partition import FetchAnswer, ReplicatedPartition
+from onceflow.broker.replica.fetcher import EpochRequestData, FetchRequestData, LeaderOffsetsRequestData
+from onceflow.broker.replica.manager import ReplicaManager, ToController
+from onceflow.broker.replica.partition import ReplicatedPartition
 from onceflow.controller.config import ControllerConfig
 from onceflow.controller.quorum_controller import QuorumController
 from onceflow.log.config import LogConfig
 from onceflow.log.log import Log
-from onceflow.log.offset_checkpoint import high_watermark_path, read_offsets, write_offsets
-from onceflow.metadata.delta import local_changes
+from onceflow.log.offset_checkpoint import high_watermark_path
 from onceflow.metadata.image import NO_LEADER, MetadataImage
 from onceflow.protocol import records
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
@@ -212,20 +202,21 @@ def lose_unflushed(directory: Path, durable: dict[str, int]) -> None:
 class CheckedPartition(ReplicatedPartition):
     """A ReplicatedPartition that reports a truncation below its own high watermark."""
 
-    violations: list[str]
-    sim: Simulation
+    sim: Simulation  # set by the running Simulation
 
     def truncate_to(self, offset: int) -> None:
         if offset < self.log.log_end_offset:
             self.sim.stats["truncations"] += 1
         if offset < self.log.high_watermark:
-            self.violations.append(
+            self.sim.violations.append(
                 f"broker {self.broker_id} truncated to {offset}, below its high watermark {self.log.high_watermark}"
             )
         super().truncate_to(offset)
 
 
 class SimBroker:
+    """One broker process: the real ``ReplicaManager`` plus registration, heartbeats and fsyncs."""
+
     def __init__(self, sim: Simulation, broker_id: int) -> None:
         self.sim = sim
         self.id = broker_id
@@ -245,28 +236,45 @@ class SimBroker:
         self.alive = True
         self.paused_until = 0
         self.inbox = []
-        self.image = MetadataImage()
         self.image_offset = -1
-        self.broker_epoch: int | None = None
-        self.partitions: dict[tuple[str, int], CheckedPartition] = {}
-        self.fetchers: dict[int, ReplicaFetcher] = {}
-        self.pending: list[tuple[PendingProduce, Envelope, ProduceMsg, int]] = []
-        self.parked_fetches: list[tuple[int, Envelope]] = []
-        self.sent_at: dict[int, int] = {}
-        self.alters_in_flight: list[tuple[int, list]] = []
+        self.registered = False
+        self.sim.oracle_checked[self.id] = 0
         self.next_heartbeat = now
         self.next_checkpoint = now + 500
         self.next_flush = now + self.sim.rng.randint(100, 600)
-        self.next_isr_check = now + 1000
         self.registration_sent = -(10**9)
         self.incarnation_id = uuid.UUID(int=self.sim.rng.getrandbits(128))
-        self.config = ReplicaConfig(
+        config = ReplicaConfig(
             broker_id=self.id,
             replica_lag_time_max_ms=2000,
             replica_fetch_backoff_ms=200,
             replica_fetch_wait_max_ms=300,
         )
-        self.view = ImageBrokerView(lambda: self.image)
+        self.replicas = ReplicaManager(
+            config,
+            self._open_log,
+            checkpoint_path=high_watermark_path(self.data_dir),
+            truncate_on_fetch=self.sim.truncate_on_fetch,
+            request_timeout_ms=REQUEST_TIMEOUT_MS,
+            partition_class=CheckedPartition,
+            on_leadership=self._on_leadership,
+        )
+
+    def _open_log(self, topic: str, index: int, topic_id: Any) -> Log:
+        configs = LogConfig.from_topic_configs(dict(self.replicas.image.topic_config(topic)))
+        return Log.open(self.data_dir / f"{topic}-{index}", configs)
+
+    def _on_leadership(self, key: tuple[str, int], partition: ReplicatedPartition) -> None:
+        if partition.is_leader:
+            self.sim.on_become_leader(self, partition)
+
+    @property
+    def partitions(self) -> dict[tuple[str, int], ReplicatedPartition]:
+        return self.replicas.partitions if self.replicas is not None else {}
+
+    @property
+    def broker_epoch(self) -> int | None:
+        return self.replicas.broker_epoch if self.registered and self.replicas is not None else None
 
     def crash(self, *, lose_unflushed_data: bool) -> None:
         for partition in self.partitions.values():
@@ -276,8 +284,7 @@ class SimBroker:
                 if directory.is_dir():
                     lose_unflushed(directory, self.durable.get(directory.name, {}))
         self.alive = False
-        self.partitions = {}
-        self.fetchers = {}
+        self.replicas = None
 
     @property
     def active(self) -> bool:
@@ -295,7 +302,7 @@ class SimBroker:
             inbox, self.inbox = self.inbox, []
             for envelope in inbox:
                 self.receive(envelope)
-        if self.broker_epoch is None:
+        if not self.registered:
             # Like Kafka's broker, nothing is replicated before the registration is accepted.
             if now - self.registration_sent >= 1000:
                 self.registration_sent = now
@@ -303,32 +310,17 @@ class SimBroker:
             return
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + HEARTBEAT_MS
-            self.send(CONTROLLER, ("heartbeat", self.broker_epoch, self.image_offset))
+            self.send(CONTROLLER, ("heartbeat", self.replicas.broker_epoch, self.image_offset))
         if self.id not in self.sim.network.isolated and self.sim.rng.random() < 0.3:
-            self.apply_metadata(*self.sim.controller_image(), now)
-        for partition in self.partitions.values():
-            proposals = partition.drain_alter_partitions()
-            if proposals:
-                self.send(
-                    CONTROLLER, ("alter", build_request(self.id, self.broker_epoch, proposals)), proposals
-                )
-                self.alters_in_flight.append((now, proposals))
-        for sent, proposals in list(self.alters_in_flight):
-            if now - sent > REQUEST_TIMEOUT_MS:  # no answer: as Kafka's AlterPartitionManager, send again
-                self._on_altered(None, proposals, now)
-        if now >= self.next_isr_check:
-            self.next_isr_check = now + self.config.isr_check_interval_ms
-            for partition in self.partitions.values():
-                partition.poll(now)
-        for fetcher in self.fetchers.values():
-            fetcher.broker_epoch = self.broker_epoch if self.broker_epoch is not None else -1
-            request = fetcher.next_request(now)
-            if request is not None:
-                self.send(fetcher.leader_id, request)
-                self.sent_at[fetcher.leader_id] = now
-        self._expire_fetch_requests(now)
-        self._complete_parked_fetches(now)
-        self._complete_produces(now)
+            image, offset = self.sim.controller_image()
+            if image is not self.replicas.image:
+                self.image_offset = offset
+                self.replicas.apply_image(image, now)
+        for message in self.replicas.poll(now):
+            if isinstance(message, ToController):
+                self.send(CONTROLLER, ("alter", message.request), message.proposals)
+            else:
+                self.send(message.leader_id, message.request)
         if now >= self.next_flush:
             self.next_flush = now + self.sim.rng.randint(100, 800)
             for partition in self.partitions.values():
@@ -336,213 +328,62 @@ class SimBroker:
                 self.durable[partition.log.directory.name] = record_durable_sizes(partition.log.directory)
         if now >= self.next_checkpoint:
             self.next_checkpoint = now + 500
-            self.write_hw_checkpoint()
-
-    def write_hw_checkpoint(self) -> None:
-        offsets = {key: p.log.high_watermark for key, p in self.partitions.items()}
-        write_offsets(high_watermark_path(self.data_dir), offsets)
-
-    def _expire_fetch_requests(self, now: int) -> None:
-        """A request whose answer never came fails after the request timeout (so the fetcher resends)."""
-        for fetcher in list(self.fetchers.values()):
-            request = fetcher.in_flight
-            if request is not None and now - self.sent_at.get(fetcher.leader_id, now) > REQUEST_TIMEOUT_MS:
-                self._answer_fetcher(fetcher, request, None, now)
-
-    # -- metadata --
-
-    def apply_metadata(self, image: MetadataImage, offset: int, now: int) -> None:
-        if image is self.image:
-            return
-        before, self.image, self.image_offset = self.image, image, offset
-        changes = local_changes(before, image, self.id)
-        for key, local in changes.leaders.items():
-            partition = self._partition(key, local.topic_id)
-            self._stop_fetching(key)
-            if partition.become_leader(local.partition, now) or key in changes.elected_leaders:
-                self.sim.on_become_leader(self, partition)
-        for key, local in changes.followers.items():
-            partition = self._partition(key, local.topic_id)
-            if partition.become_follower(local.partition, now):
-                self._stop_fetching(key)
-                if local.partition.leader != NO_LEADER:
-                    fetcher = self.fetchers.get(local.partition.leader)
-                    if fetcher is None:
-                        fetcher = self.fetchers[local.partition.leader] = ReplicaFetcher(
-                            local.partition.leader, self.config, truncate_on_fetch=self.sim.truncate_on_fetch
-                        )
-                    fetcher.add_partition(partition, now)
-        for fetcher in list(self.fetchers.values()):
-            if fetcher.idle and not fetcher.failed and fetcher.in_flight is None:
-                del self.fetchers[fetcher.leader_id]
-        self._complete_produces(now)
-
-    def _stop_fetching(self, key: tuple[str, int]) -> None:
-        for fetcher in self.fetchers.values():
-            fetcher.remove_partition(key)
-
-    def _partition(self, key: tuple[str, int], topic_id: Any) -> CheckedPartition:
-        partition = self.partitions.get(key)
-        if partition is None:
-            directory = self.data_dir / f"{key[0]}-{key[1]}"
-            log = Log.open(directory, LogConfig.from_topic_configs(dict(self.image.topic_config(key[0]))))
-            hw = read_offsets(high_watermark_path(self.data_dir)).get(key, 0)
-            partition = CheckedPartition(
-                key[0], key[1], log, self.config, self.view, topic_id=topic_id, initial_high_watermark=hw
-            )
-            partition.violations = self.sim.violations
-            partition.sim = self.sim
-            self.partitions[key] = partition
-            self.sim.oracle_checked[self.id] = 0
-        return partition
+            self.replicas.checkpoint_high_watermarks()
 
     # -- requests and replies --
 
     def receive(self, envelope: Envelope) -> None:
         now = self.sim.now
         body = envelope.body
+        source = envelope.source
         if isinstance(body, FetchRequestData):
-            self._serve_fetch(envelope, now)
+            self.replicas.fetch_for_follower(
+                body, now, lambda answers: self.send(source, ("reply", answers), body)
+            )
         elif isinstance(body, EpochRequestData):
-            answers = {}
-            for key, (current, epoch) in body.partitions.items():
-                partition = self.partitions.get(key)
-                if partition is None:
-                    answers[key] = EpochEndOffset(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                    continue
-                error, found, end = partition.last_offset_for_leader_epoch(
-                    current, epoch, require_leader=True
-                )
-                answers[key] = EpochEndOffset(error, found, end)
-            self.send(envelope.source, ("reply", answers), body)
+            answers = {
+                key: self.replicas.last_offset_for_leader_epoch(key, current, epoch, require_leader=True)
+                for key, (current, epoch) in body.partitions.items()
+            }
+            self.send(source, ("reply", answers), body)
         elif isinstance(body, LeaderOffsetsRequestData):
-            answers = {}
-            for key, current in body.partitions.items():
-                partition = self.partitions.get(key)
-                error = (
-                    partition.check_leader_epoch(current) if partition else ErrorCode.NOT_LEADER_OR_FOLLOWER
-                )
-                answers[key] = (
-                    LeaderOffsets(error, partition.log.log_start_offset, partition.log.log_end_offset)
-                    if error == ErrorCode.NONE
-                    else LeaderOffsets(error)
-                )
-            self.send(envelope.source, ("reply", answers), body)
+            answers = {
+                key: self.replicas.leader_offsets(key, current) for key, current in body.partitions.items()
+            }
+            self.send(source, ("reply", answers), body)
         elif isinstance(body, ProduceMsg):
             self._produce(envelope, body, now)
         elif isinstance(body, tuple) and body[0] == "reply":
-            self._on_reply(envelope, body[1], now)
+            self.replicas.handle_fetcher_response(source, envelope.request, body[1], now)
         elif isinstance(body, tuple) and body[0] == "registered":
             error, epoch = body[1], body[2]
             if error == ErrorCode.NONE and envelope.request == self.incarnation_id:
-                self.broker_epoch = epoch
+                self.registered = True
+                self.replicas.broker_epoch = epoch
                 self.next_heartbeat = now
-        elif isinstance(body, tuple) and body[0] == "heartbeat-reply":
-            pass
         elif isinstance(body, tuple) and body[0] == "altered":
-            self._on_altered(body[1], envelope.request, now)
-
-    def _on_altered(self, response: Any, proposals: list, now: int) -> None:
-        matching = [entry for entry in self.alters_in_flight if entry[1] is proposals]
-        if not matching:
-            return  # answered already, or timed out and sent again
-        self.alters_in_flight.remove(matching[0])
-        for result in parse_response(response, proposals):
-            partition = self.partitions.get((result.proposal.topic, result.proposal.partition))
-            if partition is None:
-                continue
-            partition.handle_alter_partition(
-                result.proposal,
-                result.error,
-                now,
-                leader_epoch=result.leader_epoch,
-                partition_epoch=result.partition_epoch,
-                isr=result.isr,
-            )
-        self._complete_produces(now)
-
-    def _on_reply(self, envelope: Envelope, answers: Any, now: int) -> None:
-        request = envelope.request
-        for fetcher in self.fetchers.values():
-            if fetcher.in_flight is request:
-                self._answer_fetcher(fetcher, request, answers, now)
-                return
-
-    def _answer_fetcher(self, fetcher: ReplicaFetcher, request: Any, answers: Any, now: int) -> None:
-        if isinstance(request, FetchRequestData):
-            fetcher.handle_fetch(request, answers, now)
-        elif isinstance(request, EpochRequestData):
-            fetcher.handle_epochs(request, answers, now)
-        else:
-            fetcher.handle_leader_offsets(request, answers, now)
-
-    def _serve_fetch(self, envelope: Envelope, now: int) -> None:
-        request: FetchRequestData = envelope.body
-        answers = {}
-        has_data = False
-        for key, fetch in request.partitions.items():
-            partition = self.partitions.get(key)
-            if partition is None:
-                answers[key] = None
-                continue
-            answer = partition.fetch_for_follower(fetch, now)
-            answers[key] = answer
-            if answer.records or answer.error or answer.diverging_epoch:
-                has_data = True
-        self._complete_produces(now)
-        if has_data or any(a is None for a in answers.values()):
-            self._reply_fetch(envelope, answers)
-        else:
-            self.parked_fetches.append((now + request.max_wait_ms, envelope))
-
-    def _reply_fetch(self, envelope: Envelope, answers: dict) -> None:
-        fixed = {
-            k: (a if a is not None else FetchAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-            for k, a in answers.items()
-        }
-        self.send(envelope.source, ("reply", fixed), envelope.body)
-
-    def _complete_parked_fetches(self, now: int) -> None:
-        still = []
-        for deadline, envelope in self.parked_fetches:
-            request: FetchRequestData = envelope.body
-            ready = now >= deadline
-            for key, fetch in request.partitions.items():
-                partition = self.partitions.get(key)
-                if (
-                    partition is None
-                    or partition.log.log_end_offset > fetch.fetch_offset
-                    or not partition.is_leader
-                ):
-                    ready = True
-            if not ready:
-                still.append((deadline, envelope))
-                continue
-            answers = {}
-            for key, fetch in request.partitions.items():
-                partition = self.partitions.get(key)
-                answers[key] = (
-                    partition.fetch_for_follower(fetch, now, record_progress=False) if partition else None
-                )
-            self._reply_fetch(envelope, answers)
-        self.parked_fetches = still
+            self.replicas.handle_alter_partition_response(envelope.request, body[1], now)
 
     def _produce(self, envelope: Envelope, msg: ProduceMsg, now: int) -> None:
+        source = envelope.source
         partition = self.partitions.get(KEY)
-        if partition is None:
-            self.send(envelope.source, ProduceReply(msg.attempt, ErrorCode.NOT_LEADER_OR_FOLLOWER))
-            return
+        epoch = partition.leader_epoch if partition is not None else -1
+        batches = records.validate_produce_records(bytearray(msg.raw))
+        header = batches[0][0]
         try:
-            batches = records.validate_produce_records(bytearray(msg.raw))
-            result = partition.append_as_leader(batches, now, required_acks=-1)
-        except KafkaError as exc:
-            true_leader = self.sim.is_true_leader(self.id, partition.leader_epoch)
-            self.send(
-                envelope.source, ProduceReply(msg.attempt, error_code_for(exc), from_true_leader=true_leader)
+            result = self.replicas.append(
+                KEY,
+                batches,
+                now,
+                required_acks=-1,
+                timeout_ms=REQUEST_TIMEOUT_MS,
+                on_complete=lambda result, error: self._produced(source, msg, result, error),
             )
+        except KafkaError as exc:
+            true_leader = self.sim.is_true_leader(self.id, epoch)
+            self.send(source, ProduceReply(msg.attempt, error_code_for(exc), from_true_leader=true_leader))
             return
         self.sim.stats["appends"] += 1
-        header = batches[0][0]
         batch_key = (header.producer_id, header.base_sequence)
         if result.duplicate:
             self.sim.stats["duplicates"] += 1
@@ -552,28 +393,17 @@ class SimBroker:
                 self.sim.stats["failover_duplicates"] += 1
         else:
             self.sim.first_written_by[batch_key] = self.id
-        pending = PendingProduce({KEY: result.last_offset + 1}, now + REQUEST_TIMEOUT_MS)
-        self.pending.append((pending, envelope, msg, result.base_offset))
-        self._complete_produces(now)
 
-    def _complete_produces(self, now: int) -> None:
-        still = []
-        for pending, envelope, msg, base_offset in self.pending:
-            if not pending.try_complete(self.partitions.get, now):
-                still.append((pending, envelope, msg, base_offset))
-                continue
-            error = pending.errors[KEY]
-            if error == ErrorCode.NONE:
-                partition = self.partitions[KEY]
-                if base_offset >= partition.log.high_watermark:
-                    self.sim.violations.append(
-                        f"broker {self.id} acknowledged offset {base_offset} above its high watermark"
-                    )
-            self.send(
-                envelope.source,
-                ProduceReply(msg.attempt, error, base_offset if error == ErrorCode.NONE else -1),
+    def _produced(self, source: Any, msg: ProduceMsg, result: Any, error: ErrorCode) -> None:
+        partition = self.partitions.get(KEY)
+        if error == ErrorCode.NONE and (
+            partition is None or result.base_offset >= partition.log.high_watermark
+        ):
+            self.sim.violations.append(
+                f"broker {self.id} acknowledged offset {result.base_offset} above its high watermark"
             )
-        self.pending = still
+        offset = result.base_offset if error == ErrorCode.NONE else -1
+        self.send(source, ProduceReply(msg.attempt, error, offset))
 
 
 # ---------------------------------------------------------------------------------------------- producer
@@ -682,6 +512,7 @@ class Simulation:
         self.heal_network_at = 0
         self.oracle = Oracle()
         self.oracle_checked: dict[int, int] = {}
+        CheckedPartition.sim = self
         self.brokers = {b: SimBroker(self, b) for b in (1, 2, 3)}
         self.clients = {
             p.name: p
@@ -754,7 +585,7 @@ class Simulation:
         live = [b for b in self.brokers.values() if b.active]
         if not live:
             return None
-        image = self.rng.choice(live).image
+        image = self.rng.choice(live).replicas.image
         topic = image.topic(TOPIC)
         if topic is None:
             return None
