@@ -14,7 +14,7 @@ import struct
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 from onceflow.broker import client_protocol
-from onceflow.broker.client_protocol import ClientProtocol
+from onceflow.broker.client_protocol import ClientProtocol, ThrottledAnswer
 from onceflow.broker.connection import SupportedApi
 from onceflow.broker.context import CloseConnection
 from onceflow.broker.memory_pool import MemoryPool
@@ -310,5 +310,26 @@ def test_a_connection_lost_while_waiting_for_memory_leaves_the_pool_as_it_was():
         protocol.connection_lost(None)
         await settle()
         assert pool.used == 0 and pool.waiting == 0 and transport.written == []
+
+    asyncio.run(scenario())
+
+
+def test_a_throttled_answer_goes_out_at_once_and_mutes_the_connection_for_its_throttle_time():
+    async def scenario():
+        started: list[int] = []
+
+        async def dispatch(event):
+            started.append(event.header.correlation_id)
+            answer = b"a%d" % event.header.correlation_id
+            return ThrottledAnswer(answer, 200) if event.header.correlation_id == 1 else answer
+
+        transport = FakeTransport()
+        protocol = make(dispatch, transport)
+        feed(protocol, frame(1) + frame(2))  # pipelined: the second waits out the first's throttle
+        await settle()
+        assert transport.written == [b"a1"] and started == [1] and not transport.reading
+        await asyncio.sleep(0.3)
+        await settle()
+        assert transport.written == [b"a1", b"a2"] and transport.reading
 
     asyncio.run(scenario())

@@ -214,3 +214,24 @@ def test_transactions_and_producers(broker):
             assert state.current_transaction_start_offset == -1
         finally:
             producer.close()
+
+
+def test_describe_cluster_log_dirs_and_the_last_stable_offset(broker):
+    topic = topic_name("admin-cluster")
+    with AdminClient(broker.bootstrap) as admin:
+        admin.create_topic(topic, partitions=1)
+        cluster = admin.describe_cluster()
+        assert [b.port for b in cluster.brokers] == [broker.port]
+        assert cluster.controller_id == cluster.brokers[0].node_id and not cluster.from_metadata
+        with Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": topic}) as txn:
+            txn.init_transactions()
+            txn.begin_transaction()
+            txn.send(topic, b"x" * 500)
+            txn.flush()  # written, transaction open: the LSO stays at its first offset
+            tp = TP(topic, 0)
+            assert admin.list_offsets({tp: LATEST_TIMESTAMP}) == {tp: 1}
+            assert admin.list_offsets({tp: LATEST_TIMESTAMP}, isolation_level=1) == {tp: 0}
+            txn.abort_transaction()
+        sizes = admin.describe_log_dirs()
+        assert list(sizes) == [cluster.brokers[0].node_id]
+        assert sizes[cluster.brokers[0].node_id][tp] > 500

@@ -1,6 +1,12 @@
 """read_committed filtering of fetched data, as Kafka's consumer does it (pure, no broker)."""
 
-from onceflow.client.fetch_records import READ_COMMITTED, READ_UNCOMMITTED, visible_records
+from onceflow.client.fetch_records import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    Marker,
+    records_and_markers,
+    visible_records,
+)
 from onceflow.protocol.record_codec import encode_batch
 from onceflow.protocol.records import build_control_batch
 
@@ -56,6 +62,31 @@ def test_read_uncommitted_shows_everything_but_markers():
     assert values(records) == [b"a1", b"a2", b"c1", b"c2", b"plain", b"c3"]
     assert [r.offset for r in records] == [0, 1, 2, 3, 6, 7]
     assert next_offset == 9
+
+
+def _browsed(entries):
+    return [
+        ("COMMIT" if e.commit else "ABORT", e.producer_id) if isinstance(e, Marker) else e.record.value
+        for e in entries
+    ]
+
+
+def test_a_browser_sees_the_markers_and_read_committed_still_hides_aborted_records():
+    entries, next_offset, hidden = records_and_markers(
+        LOG, fetch_offset=0, isolation_level=READ_COMMITTED, aborted_transactions=ABORTED
+    )
+    assert _browsed(entries) == [b"c1", b"c2", ("ABORT", 1), ("COMMIT", 2), b"plain", b"c3", ("COMMIT", 1)]
+    assert [e.offset for e in entries] == [2, 3, 4, 5, 6, 7, 8]
+    assert hidden == 2 and next_offset == 9
+    entries, _next, hidden = records_and_markers(LOG, fetch_offset=3, isolation_level=READ_UNCOMMITTED)
+    assert _browsed(entries)[:3] == [b"c2", ("ABORT", 1), ("COMMIT", 2)] and hidden == 0
+    assert entries[0].transactional and entries[0].producer_id == 2
+    # From offset 5 the abort marker of pid 1 (offset 4) is behind us, yet it still ends pid 1's
+    # aborted run: its next transaction (offset 7, committed) shows.
+    entries, _next, hidden = records_and_markers(
+        LOG, fetch_offset=5, isolation_level=READ_COMMITTED, aborted_transactions=ABORTED
+    )
+    assert _browsed(entries) == [("COMMIT", 2), b"plain", b"c3", ("COMMIT", 1)] and hidden == 0
 
 
 def test_records_before_the_fetch_offset_are_skipped():

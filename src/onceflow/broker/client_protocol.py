@@ -24,6 +24,9 @@ broker's ``MemoryPool`` and gives it back when the request's handler has finishe
 is lost). When the pool refuses, this connection stops reading and waits in the pool's queue; the pool
 hands it the bytes as other requests finish, and reading resumes.
 
+Client quotas: an answer the broker returns as a ``ThrottledAnswer`` is written at once, and the
+connection is then muted for its throttle time (KIP-219): nothing is read or started until it passes.
+
 A handler returning ``None`` sends nothing (acks=0 produce, dropped-response fault); raising
 ``CloseConnection`` closes the connection (Kafka's answer to a failed acks=0 produce, the disconnect
 fault); any other exception is a handler bug: logged, connection closed (the client reconnects). An undecodable frame or the peer's EOF closes the connection too; requests
@@ -66,7 +69,23 @@ MAX_QUEUED_REQUESTS = 512
 MAX_UNWRITTEN_ANSWER_BYTES = 32 * 1024 * 1024
 API_VERSIONS_KEY = 18
 
-Dispatch = Callable[[RequestReceived], Coroutine[Any, Any, "bytes | bytearray | None"]]
+
+class ThrottledAnswer:
+    """An answer (or None: no answer) after which the connection stays muted for ``throttle_ms``
+    (a client quota; KIP-219): neither reads nor starts requests until then."""
+
+    __slots__ = ("frame", "throttle_ms")
+
+    def __init__(self, frame: bytes | bytearray | None, throttle_ms: int) -> None:
+        self.frame = frame
+        self.throttle_ms = throttle_ms
+
+    def __len__(self) -> int:
+        return 0 if self.frame is None else len(self.frame)
+
+
+Answer = bytes | bytearray | ThrottledAnswer | None
+Dispatch = Callable[[RequestReceived], Coroutine[Any, Any, Answer]]
 
 
 # Python 3.12+ starts a task eagerly itself (and then the handler runs inside a task, as
@@ -135,13 +154,14 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self._peer: Any = None
         # Unanswered requests in request order: a future (a task, or a handler's failure), or an
         # answer already known (bytes; None for a request answered with nothing).
-        self._pending: deque[asyncio.Future | bytes | bytearray | None] = deque()
+        self._pending: deque[asyncio.Future | Answer] = deque()
         self._unwritten_bytes = 0  # of the answers in _pending that are made (see _answer_size)
         self._reading_paused = False
         self._writing_paused = False
         self._waiting_for_memory = False  # queued in the pool: reading stays paused until it grants
         self._in_read_events = False
         self._wanted_bytes = 0
+        self._unmute: asyncio.TimerHandle | None = None  # set while muted for a throttle time
         self._closing = False
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # time.monotonic() of the last bytes read or answer written (connections.max.idle.ms).
@@ -188,6 +208,9 @@ class ClientProtocol(asyncio.BufferedProtocol):
             elif not item.cancelled():
                 item.exception()  # finished but never to be written: no "never retrieved" noise
         self._pending.clear()
+        if self._unmute is not None:
+            self._unmute.cancel()
+            self._unmute = None
         if self._waiting_for_memory:
             self._pool.cancel(self._memory_granted)
             self._waiting_for_memory = False
@@ -267,6 +290,8 @@ class ClientProtocol(asyncio.BufferedProtocol):
                 else:
                     self._pool.release(event.charged)
                     finished_now = True
+                    if type(answer) is ThrottledAnswer:
+                        self._mute_for(answer.throttle_ms)
                 self._unwritten_bytes += _answer_size(answer)
                 self._pending.append(answer)
             if finished_now:
@@ -301,7 +326,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
         if not self._in_read_events:
             self._read_events()
 
-    def _start(self, event: RequestReceived) -> asyncio.Future | bytes | bytearray | None:
+    def _start(self, event: RequestReceived) -> asyncio.Future | Answer:
         """Run the request's handler up to its first real suspension, here and now (an "eager" start:
         most handlers never suspend, and then no task is made); a handler still running continues in
         a task. Returns the answer, or a future of it."""
@@ -327,9 +352,11 @@ class ClientProtocol(asyncio.BufferedProtocol):
         return task
 
     def _holding_back(self) -> bool:
-        """Whether to leave further requests unstarted (and unread) until the client reads answers."""
+        """Whether to leave further requests unstarted (and unread): until the client reads answers,
+        or while muted for a throttle time."""
         return (
             self._writing_paused
+            or self._unmute is not None
             or len(self._pending) >= MAX_QUEUED_REQUESTS
             or self._unwritten_bytes >= MAX_UNWRITTEN_ANSWER_BYTES
         )
@@ -345,9 +372,28 @@ class ClientProtocol(asyncio.BufferedProtocol):
             self._reading_paused = False
             self._transport.resume_reading()
 
+    def _mute_for(self, throttle_ms: int) -> None:
+        """Mute this connection for ``throttle_ms`` (KIP-219: the answer carrying the throttle time
+        goes out now; the client is expected to wait as long, and is not read meanwhile)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + throttle_ms / 1000.0
+        if self._unmute is not None:
+            if self._unmute.when() >= until:
+                return
+            self._unmute.cancel()
+        self._unmute = loop.call_at(until, self._throttle_over)
+        self._update_reading()
+
+    def _throttle_over(self) -> None:
+        self._unmute = None
+        if not self._closing:
+            self._read_events()
+
     def _request_done(self, task: asyncio.Future) -> None:
         if self._closing:
             return
+        if not task.cancelled() and task.exception() is None and type(task.result()) is ThrottledAnswer:
+            self._mute_for(task.result().throttle_ms)
         self._unwritten_bytes += _answer_size(task)
         was_holding_back = self._holding_back()
         self._write_ready()
@@ -380,6 +426,8 @@ class ClientProtocol(asyncio.BufferedProtocol):
                     return
             else:
                 response = pending.popleft()
+            if type(response) is ThrottledAnswer:
+                response = response.frame
             if response is not None:
                 self._unwritten_bytes -= len(response)
                 if transport is not None:
@@ -387,7 +435,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
                     self.last_active = time.monotonic()
 
 
-def _answer_size(answer: asyncio.Future | bytes | bytearray | None) -> int:
+def _answer_size(answer: asyncio.Future | Answer) -> int:
     """Bytes of an answer that is made: given as bytes, or a finished future's result (0 while it runs,
     and for a failed one, whose connection is closed anyway)."""
     if isinstance(answer, asyncio.Future):

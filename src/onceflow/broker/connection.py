@@ -178,7 +178,7 @@ class Connection:
         if self._grow:
             self._grow = False
             grown = bytearray(min(2 * len(self._buffer), self._max_buffer_bytes))
-            grown[:unread] = self._buffer[self._start : self._end]
+            grown[:unread] = memoryview(self._buffer)[self._start : self._end]
             self._buffer, self._start, self._end = grown, 0, unread
         if self._start and len(self._buffer) - self._end < _MIN_FREE_BYTES:
             # Move the unread tail to the front; equal-length slice assignment never resizes, so
@@ -188,7 +188,7 @@ class Connection:
         if len(self._buffer) - self._end < _MIN_FREE_BYTES:
             # Only when events were not drained between reads (tests feeding many frames at once).
             grown = bytearray(max(2 * len(self._buffer), unread + _MIN_FREE_BYTES))
-            grown[:unread] = self._buffer[self._start : self._end]
+            grown[:unread] = memoryview(self._buffer)[self._start : self._end]
             self._buffer, self._start, self._end = grown, 0, unread
         self._offered = len(self._buffer) - self._end
         return memoryview(self._buffer)[self._end :]
@@ -257,7 +257,9 @@ class Connection:
         if not self._allocate(capacity):
             return NEED_MEMORY
         self._frame = bytearray(capacity)
-        self._frame[:available] = self._buffer[body_start : self._end]
+        # Through a view: a temporary copy of up to 256 KiB would take a freed frame-sized block from
+        # the heap, and the next frame would then need fresh pages (page faults, ~1 ms per MB).
+        self._frame[:available] = memoryview(self._buffer)[body_start : self._end]
         self._frame_size = size
         self._frame_charge = capacity
         self._filled = available

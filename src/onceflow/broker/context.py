@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from onceflow.broker.config import BrokerConfig
     from onceflow.broker.faults import Faults
     from onceflow.broker.fetch_session import FetchSessionCache
+    from onceflow.broker.quotas.manager import ClientQuotas
     from onceflow.broker.topics import TopicManager
 
 
@@ -30,6 +31,7 @@ class BrokerServices:
     producer_ids: Any = None
     groups: Any = None
     transactions: Any = None
+    quotas: ClientQuotas | None = None  # client quotas (broker/quotas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,10 @@ class RequestContext:
     @property
     def transactions(self) -> Any:
         return self.services.transactions
+
+    @property
+    def quotas(self) -> ClientQuotas | None:
+        return self.services.quotas
 
 
 class CloseConnection(Exception):  # noqa: N818 - an instruction, not an error condition

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from onceflow.broker.client_protocol import ClientProtocol
+from onceflow.broker.client_protocol import Answer, ClientProtocol
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import RequestReceived, SupportedApi
 from onceflow.broker.connection_limits import ConnectionLimits, parse_per_ip_overrides
@@ -39,6 +39,9 @@ from onceflow.broker.malloc_tuning import keep_freed_memory_for_reuse
 from onceflow.broker.memory_pool import MemoryPool
 from onceflow.broker.open_files import raise_open_file_limit
 from onceflow.broker.producer_expiry import run_producer_expiry
+from onceflow.broker.quotas.manager import ClientQuotas
+from onceflow.broker.quotas.store import FileQuotaStore
+from onceflow.broker.quotas.throttling import answer_within_quotas
 from onceflow.broker.topics import TopicManager
 from onceflow.broker.txn.pid_manager import ProducerIdManager
 from onceflow.broker.txn.service import TransactionService
@@ -138,6 +141,11 @@ class Broker:
             # The one producer-id allocator of this data dir (InitProducerId; the transaction
             # coordinator must use this same instance, or ids could repeat).
             producer_ids=ProducerIdManager(self.config.data_dir),
+            quotas=ClientQuotas(
+                FileQuotaStore(self.config.data_dir),
+                window_num=self.config.quota_window_num,
+                window_size_ms=self.config.quota_window_size_seconds * 1000,
+            ),
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._flusher = asyncio.create_task(self._run_flush_policy(), name="flush-policy")
@@ -254,7 +262,7 @@ class Broker:
 
     # -- requests ----------------------------------------------------------------------------------
 
-    async def _dispatch(self, event: RequestReceived) -> bytes | None:
+    async def _dispatch(self, event: RequestReceived) -> Answer:
         header = event.header
         assert self.services is not None
         ctx = RequestContext(
@@ -271,7 +279,11 @@ class Broker:
             header.correlation_id,
             header.client_id,
         )
-        response = await self.handlers[header.api_key].handle(ctx, event.request)
+        handler = self.handlers[header.api_key]
+        quotas = self.services.quotas
+        if quotas is not None and quotas.any_enabled:
+            return await answer_within_quotas(handler, ctx, event, quotas, self.limit_events)
+        response = await handler.handle(ctx, event.request)
         if response is None:
             return None
         return apis.encode_response(response, header.correlation_id, header.api_version)

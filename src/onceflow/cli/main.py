@@ -25,6 +25,8 @@ COMMANDS = {
     "pipeline": "onceflow.cli.pipeline:pipeline",
     "txn": "onceflow.cli.txn:txn",
     "producers": "onceflow.cli.producers:producers",
+    "quotas": "onceflow.cli.quotas:quotas",
+    "console": "onceflow.cli.console:console",
 }
 
 

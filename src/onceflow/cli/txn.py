@@ -1,26 +1,21 @@
 """``onceflow txn list|describe|find-hanging|abort``: Kafka's ``kafka-transactions.sh`` (KIP-664).
 
-A *hanging* transaction is one a partition still holds open (its first offset keeps the last stable
-offset back, so read_committed consumers stop there) while the coordinator does not know it as an
-ongoing transaction of that producer touching that partition, or it has run longer than
-``transaction.max.timeout.ms``. ``abort`` writes an ABORT marker for it (WriteTxnMarkers), after
-which the LSO moves on.
+What counts as *hanging* is :mod:`onceflow.client.hanging_transactions`'s rule. ``abort`` writes an
+ABORT marker for one (WriteTxnMarkers), after which the LSO moves on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import click
 from rich.table import Table
 
 from onceflow.cli.common import bootstrap_option, friendly_errors, out
-from onceflow.client.admin import TRANSACTION_STATES, AsyncAdminClient, ProducerState
+from onceflow.client import hanging_transactions
+from onceflow.client.admin import TRANSACTION_STATES, AsyncAdminClient
 from onceflow.client.consumer.structs import TopicPartition
-from onceflow.protocol.errors import KafkaError
-
-DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms
+from onceflow.client.hanging_transactions import DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
 
 
 async def _list(bootstrap: str, states, pids, duration_ms: int, pattern: str | None = None):
@@ -35,52 +30,9 @@ async def _describe(bootstrap: str, transactional_id: str):
         return await admin.describe_transaction(transactional_id)
 
 
-async def _open_transactions(
-    admin: AsyncAdminClient, topic: str | None
-) -> list[tuple[TopicPartition, ProducerState]]:
-    """Every producer with an open transaction in ``topic`` (default: every non-internal topic)."""
-    # One Metadata request; a named topic that does not exist raises UNKNOWN_TOPIC_OR_PARTITION.
-    topics = await admin.describe_topics(None if topic is None else [topic])
-    tps = [TopicPartition(name, p) for name, info in sorted(topics.items()) for p in sorted(info.partitions)]
-    if not tps:
-        return []
-    found = []
-    for tp, producers in (await admin.describe_producers_of(tps)).items():
-        if isinstance(producers, KafkaError):
-            continue  # e.g. deleted since it was listed
-        found += [(tp, p) for p in producers if p.current_transaction_start_offset >= 0]
-    return found
-
-
 async def _find_hanging(bootstrap: str, topic: str | None, max_timeout_ms: int):
     async with AsyncAdminClient(bootstrap, client_id="onceflow-txn") as admin:
-        candidates = await _open_transactions(admin, topic)
-        if not candidates:
-            return []
-        listed = await admin.list_transactions(producer_ids=sorted({c[1].producer_id for c in candidates}))
-        by_pid: dict[int, list[str]] = {}
-        for t in listed:
-            by_pid.setdefault(t.producer_id, []).append(t.transactional_id)
-        described = {}
-        for tid in sorted({tid for tids in by_pid.values() for tid in tids}):
-            try:
-                described[tid] = await admin.describe_transaction(tid)
-            except KafkaError:
-                continue  # expired or gone since it was listed: its transactions count as unknown
-    now = int(time.time() * 1000)
-    hanging = []
-    for tp, producer in candidates:
-        ongoing = False
-        for tid in by_pid.get(producer.producer_id, []):
-            d = described.get(tid)
-            if d is None or d.state != "Ongoing" or d.producer_epoch < producer.producer_epoch:
-                continue
-            if tp in d.partitions:
-                ongoing = True
-        too_old = producer.last_timestamp >= 0 and now - producer.last_timestamp > max_timeout_ms
-        if not ongoing or too_old:
-            hanging.append((tp, producer))
-    return hanging
+        return await hanging_transactions.find_hanging(admin, topic, max_timeout_ms)
 
 
 async def _abort(

@@ -1,10 +1,11 @@
-"""AdminClient: topics, configs, partitions, consumer groups, transactions and producers.
+"""AdminClient: topics, configs, partitions, consumer groups, transactions, producers and client quotas.
 
 :class:`AsyncAdminClient` is the asyncio core; :class:`AdminClient` runs it on a private event loop
 for scripts. Each call sends the request to the broker Kafka's AdminClient would: any broker for
 topics and configs, the group coordinator for groups, the transaction coordinator for
 DescribeTransactions, every broker for ListTransactions, and the partition leader for
 DescribeProducers and for aborting a hanging transaction (KIP-664: a WriteTxnMarkers abort).
+Client quotas (KIP-546) go to any broker.
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
     CreatePartitionsRequest,
     DeleteGroupsRequest,
     DeleteRecordsRequest,
+    DescribeClientQuotasRequest,
+    DescribeClusterRequest,
     DescribeGroupsRequest,
+    DescribeLogDirsRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
     IncrementalAlterConfigsRequest,
@@ -47,6 +52,7 @@ _TOPIC_RESOURCE = 2
 _TXN_KEY_TYPE = 1
 _OP_SET, _OP_DELETE = 0, 1
 _OFFSET_FETCH_MAX_VERSION = 9  # v10 names topics by id
+_MATCH_EXACT, _MATCH_DEFAULT, _MATCH_SPECIFIED = 0, 1, 2  # DescribeClientQuotas filter match types
 
 
 def _check(code: int, what: str, message: str | None = None) -> None:
@@ -74,6 +80,25 @@ def _offset_fetch(
         ],
         require_stable=require_stable,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerDescription:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    fenced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    """DescribeCluster's answer, or Metadata's where a broker lacks that API (``from_metadata``)."""
+
+    cluster_id: str | None
+    controller_id: int  # -1: none known
+    brokers: list[BrokerDescription]
+    from_metadata: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +174,14 @@ class ProducerState:
     last_timestamp: int
     coordinator_epoch: int
     current_transaction_start_offset: int
+
+
+@dataclass(frozen=True)
+class ClientQuotaEntry:
+    """One entity's quotas: ``entity`` maps "user" / "client-id" to a name, None for the default."""
+
+    entity: dict[str, str | None]
+    values: dict[str, float]
 
 
 class AsyncAdminClient:
@@ -322,18 +355,70 @@ class AsyncAdminClient:
         for result in response.results:
             _check(result.error_code, f"create partitions of {topic!r}", result.error_message)
 
-    async def list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    async def list_offsets(
+        self, specs: Mapping[TopicPartition, int], *, isolation_level: int = 0
+    ) -> dict[TopicPartition, int]:
         """ListOffsets to each partition's leader: per partition, the offset of the first record at
         or after a timestamp, or for ``EARLIEST_TIMESTAMP`` (-2) the log start and for
-        ``LATEST_TIMESTAMP`` (-1) the log end (both in :mod:`onceflow.client.async_client`)."""
+        ``LATEST_TIMESTAMP`` (-1) the log end (both in :mod:`onceflow.client.async_client`); with
+        ``isolation_level=1`` (read_committed) the latest is the last stable offset."""
         by_request: dict[tuple[str, int], list[int]] = {}
         for tp, timestamp in specs.items():
             by_request.setdefault((tp.topic, timestamp), []).append(tp.partition)
         offsets = {}
         for (topic, timestamp), partitions in by_request.items():
-            found = await self._client.list_offsets(topic, partitions, timestamp=timestamp)
+            found = await self._client.list_offsets(
+                topic, partitions, timestamp=timestamp, isolation_level=isolation_level
+            )
             offsets.update({TopicPartition(topic, p): offset for p, offset in found.items()})
         return offsets
+
+    async def describe_log_dirs(self) -> dict[int, dict[TopicPartition, int]]:
+        """DescribeLogDirs to every broker: per broker id, the bytes on disk of each partition it
+        holds (summed over its log directories). A broker without the API is left out."""
+        metadata = await self._client.metadata([])
+        sizes: dict[int, dict[TopicPartition, int]] = {}
+        for node_id, (host, port) in sorted(metadata.brokers.items()):
+            conn = await self._conn_to(host, port)
+            try:
+                version = conn.version_for(DescribeLogDirsRequest)
+            except UnsupportedVersion:
+                continue
+            response = await conn.send(DescribeLogDirsRequest(topics=None), version=version)
+            _check(getattr(response, "error_code", 0) or 0, f"describe log dirs of broker {node_id}")
+            found = sizes[node_id] = {}
+            for result in response.results:
+                _check(result.error_code, f"describe log dir {result.log_dir} of broker {node_id}")
+                for t in result.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        found[tp] = found.get(tp, 0) + p.partition_size
+        return sizes
+
+    # -- cluster ---------------------------------------------------------------------------------
+
+    async def describe_cluster(self) -> ClusterDescription:
+        """The cluster id, the controller and the brokers: DescribeCluster (KIP-700), or Metadata
+        from a broker that lacks it."""
+        conn = await self._any()
+        try:
+            version = conn.version_for(DescribeClusterRequest)
+        except UnsupportedVersion:
+            version = None
+        if version is not None:
+            response = await conn.send(
+                DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=1),
+                version=version,
+            )
+            _check(response.error_code, "describe cluster", response.error_message)
+            brokers = [
+                BrokerDescription(b.broker_id, b.host, b.port, b.rack, bool(getattr(b, "is_fenced", False)))
+                for b in response.brokers
+            ]
+            return ClusterDescription(response.cluster_id, response.controller_id, brokers)
+        metadata = await self._client.metadata([])
+        brokers = [BrokerDescription(n, h, p) for n, (h, p) in sorted(metadata.brokers.items())]
+        return ClusterDescription(metadata.cluster_id, metadata.controller_id, brokers, from_metadata=True)
 
     # -- groups ----------------------------------------------------------------------------------
 
@@ -646,6 +731,54 @@ class AsyncAdminClient:
                         p.error_code,
                         f"abort transaction of producer {producer_id} on {t.name}-{p.partition_index}",
                     )
+
+    async def describe_client_quotas(
+        self,
+        exact: Mapping[str, str | None] | None = None,
+        specified: Iterable[str] = (),
+        *,
+        strict: bool = False,
+    ) -> list[ClientQuotaEntry]:
+        """DescribeClientQuotas: the quotas of the entities whose ``exact`` types have these names
+        (None: the default entity) and that have the ``specified`` types at all; ``strict``: no other
+        types. No filter at all: every entity."""
+        r = DescribeClientQuotasRequest
+        components = [
+            r.ComponentData(entity_type=t, match_type=_MATCH_DEFAULT if n is None else _MATCH_EXACT, match=n)
+            for t, n in (exact or {}).items()
+        ]
+        components += [
+            r.ComponentData(entity_type=t, match_type=_MATCH_SPECIFIED, match=None) for t in specified
+        ]
+        response = await (await self._any()).send(r(components=components, strict=strict))
+        _check(response.error_code, "describe client quotas", response.error_message)
+        return [
+            ClientQuotaEntry(
+                {e.entity_type: e.entity_name for e in entry.entity}, {v.key: v.value for v in entry.values}
+            )
+            for entry in response.entries or []
+        ]
+
+    async def alter_client_quotas(
+        self,
+        entity: Mapping[str, str | None],
+        set_: Mapping[str, float] | None = None,
+        delete: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """AlterClientQuotas: set and remove quotas (``producer_byte_rate``, ``consumer_byte_rate``,
+        ``request_percentage``) of one entity, e.g. ``{"client-id": "app"}`` or ``{"user": None}``
+        (None: the default)."""
+        r = AlterClientQuotasRequest
+        ops = [r.EntryData.OpData(key=k, value=float(v), remove=False) for k, v in (set_ or {}).items()]
+        ops += [r.EntryData.OpData(key=k, value=0.0, remove=True) for k in delete]
+        entry = r.EntryData(
+            entity=[r.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()], ops=ops
+        )
+        response = await (await self._any()).send(r(entries=[entry], validate_only=validate_only))
+        for result in response.entries:
+            _check(result.error_code, "alter client quotas", result.error_message)
 
 
 class AdminClient:

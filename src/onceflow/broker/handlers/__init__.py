@@ -8,6 +8,7 @@ ApiVersions advertises exactly this list. To add an API, write its module and ap
 from onceflow.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_client_quotas,
     alter_configs,
     api_versions,
     consumer_group_describe,
@@ -20,6 +21,7 @@ from onceflow.broker.handlers import (
     delete_records,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -64,6 +66,9 @@ HANDLERS = [
     create_partitions,
     describe_cluster,
     elect_leaders,
+    # client quotas (broker/quotas)
+    describe_client_quotas,
+    alter_client_quotas,
     # ACLs: no authorizer, answered SECURITY_DISABLED as Kafka does without one
     describe_acls,
     create_acls,

@@ -30,6 +30,7 @@ from onceflow.client.consumer.coordinator import GroupCoordinatorBase
 from onceflow.client.consumer.fetcher import Fetcher
 from onceflow.client.consumer.group import GroupMembership
 from onceflow.client.consumer.metadata_watch import partition_counts
+from onceflow.client.consumer.metrics import ConsumerMetrics, timed
 from onceflow.client.consumer.offset_commit import CommitFailed, RebalanceInProgress
 from onceflow.client.consumer.structs import (
     ConsumerGroupMetadata,
@@ -38,6 +39,7 @@ from onceflow.client.consumer.structs import (
     TopicPartition,
 )
 from onceflow.client.consumer.subscription_state import AUTO_TOPICS, SubscriptionState
+from onceflow.client.metrics import MetricsSnapshot
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,7 @@ class AsyncConsumer:
             request_timeout_s=self.config.request_timeout_ms / 1000,
         )
         self._subscriptions = SubscriptionState(self.config.auto_offset_reset)
+        self._metrics = ConsumerMetrics(self.config.client_id)
         self._listeners = (on_assign, on_revoke, on_lost)
         self._fetcher: Fetcher | None = None
         self._coordinator: GroupCoordinatorBase | None = None
@@ -140,7 +143,7 @@ class AsyncConsumer:
             await self._client.any_connection()
         except BrokerConnectionError as exc:
             log.warning("no bootstrap server answers yet (%s); polls will keep trying", exc)
-        self._fetcher = Fetcher(self.config, self._client, self._subscriptions)
+        self._fetcher = Fetcher(self.config, self._client, self._subscriptions, self._metrics)
         if self._membership is not None:
             callbacks = dict(
                 on_assign=self._partitions_assigned,
@@ -246,7 +249,9 @@ class AsyncConsumer:
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Read exactly these partitions, without group membership (commits still use group_id)."""
-        self._subscriptions.assign_from_user([TopicPartition(*tp) for tp in partitions])
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        self._metrics.unassigned([tp for tp in self._subscriptions.assigned() if tp not in wanted])
+        self._subscriptions.assign_from_user(wanted)
         if self._fetcher is not None:
             self._fetcher.clear_buffers()
             self._fetcher.wake()
@@ -287,7 +292,7 @@ class AsyncConsumer:
         if positions:
             try:
                 deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
-                await self._coordinator.commit(positions, deadline=deadline)
+                await self._commit_offsets(positions, deadline)
             except (KafkaError, OSError) as exc:
                 log.warning("commit on unsubscribe failed: %s", exc)
         if owned:
@@ -296,6 +301,11 @@ class AsyncConsumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._subscriptions.assigned())
+
+    def metrics(self) -> MetricsSnapshot:
+        """The consumer's metrics now, with Kafka's names: ``{MetricName: value}``, e.g.
+        ``consumer.metrics().value("records-consumed-total")``; see docs/client-metrics.md."""
+        return self._metrics.snapshot()
 
     def subscription(self) -> set[str]:
         return set(self._subscriptions.topics)
@@ -339,6 +349,7 @@ class AsyncConsumer:
         await self._listener(1, revoked)
         self._subscriptions.remove(revoked)
         self._fetcher.clear_buffers(revoked)
+        self._metrics.unassigned(revoked)
 
     async def _partitions_lost(self, lost: list[TopicPartition]) -> None:
         # No commit: another member may own them already. Kafka calls onPartitionsLost, which
@@ -346,6 +357,7 @@ class AsyncConsumer:
         await self._listener(2, lost, fallback=1)
         self._subscriptions.remove(lost)
         self._fetcher.clear_buffers(lost)
+        self._metrics.unassigned(lost)
 
     # -- polling ---------------------------------------------------------------------------------
 
@@ -362,6 +374,7 @@ class AsyncConsumer:
             raise KafkaError("the consumer is closed")
         fetcher = self._fetcher
         limit = max_records or self.config.max_poll_records
+        self._metrics.polled(time.monotonic())
         deadline = self._poll_deadline = time.monotonic() + timeout_ms / 1000
         if self._coordinator is not None:
             self._coordinator.last_poll = time.monotonic()  # max.poll.interval.ms counts from here
@@ -670,7 +683,11 @@ class AsyncConsumer:
         coordinator = self._require_group()
         single = isinstance(partitions, tuple) and len(partitions) == 2 and isinstance(partitions[0], str)
         tps = [TopicPartition(*partitions)] if single else [TopicPartition(*tp) for tp in partitions]
-        found = await coordinator.fetch_committed(tps, deadline=self._api_deadline(timeout_ms))
+        started = time.perf_counter()
+        try:
+            found = await coordinator.fetch_committed(tps, deadline=self._api_deadline(timeout_ms))
+        finally:
+            timed(self._metrics.committed_time, started)
         result = {tp: (OffsetAndMetadata(*found[tp]) if found.get(tp) else None) for tp in tps}
         return result[tps[0]] if single else result
 
@@ -693,7 +710,7 @@ class AsyncConsumer:
         cannot take it within ``timeout_ms`` (default.api.timeout.ms), or the broker's error."""
         if not self._started:
             await self.start()
-        coordinator = self._require_group()
+        self._require_group()
         m = self._membership
         if self._subscriptions.mode == AUTO_TOPICS and m is not None and not m.active:
             # Kafka's rule: a subscribed member commits under its generation, so not between two.
@@ -710,8 +727,19 @@ class AsyncConsumer:
                     normalised[TopicPartition(*tp)] = (value, "")
                 else:
                     normalised[TopicPartition(*tp)] = (value[0], value[1] if len(value) > 1 else "")
-        await coordinator.commit(normalised, deadline=self._api_deadline(timeout_ms))
+        started = time.perf_counter()
+        try:
+            await self._commit_offsets(normalised, self._api_deadline(timeout_ms))
+        finally:
+            timed(self._metrics.commit_sync_time, started)
         self._last_committed.update({tp: o for tp, (o, _m) in normalised.items()})
+
+    async def _commit_offsets(self, offsets: dict, deadline: float) -> None:
+        """One commit through the coordinator; a successful one counts in commit-total and its
+        latency in commit-latency-* (consumer-coordinator-metrics)."""
+        started = time.monotonic()
+        await self._coordinator.commit(offsets, deadline=deadline)
+        self._metrics.committed_offsets(started, time.monotonic())
 
     def commit_async(
         self,
@@ -756,7 +784,7 @@ class AsyncConsumer:
         if not positions:
             return True
         try:
-            await self._coordinator.commit(positions, deadline=deadline)
+            await self._commit_offsets(positions, deadline)
             self._last_committed.update({tp: o for tp, (o, _m) in positions.items()})
         except CommitFailed as exc:
             log.info("auto commit skipped: %s", exc)

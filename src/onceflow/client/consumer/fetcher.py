@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from onceflow.client.async_client import AsyncClient
 from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.consumer.assignors import TopicPartition
 from onceflow.client.consumer.config import ConsumerConfig
+from onceflow.client.consumer.metrics import ConsumerMetrics
 from onceflow.client.consumer.position_validation import (
     LogTruncation,
     Outcome,
@@ -147,8 +149,15 @@ def decode_visible(
 class Fetcher:
     """Background fetch loops plus :meth:`drain` for ``poll``. Needs a running event loop to start."""
 
-    def __init__(self, config: ConsumerConfig, client: AsyncClient, subscriptions: SubscriptionState) -> None:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        client: AsyncClient,
+        subscriptions: SubscriptionState,
+        metrics: ConsumerMetrics | None = None,
+    ) -> None:
         self.config = config
+        self.metrics = metrics if metrics is not None else ConsumerMetrics(config.client_id)
         self.client = client
         self.subscriptions = subscriptions
         self.isolation_level = config.isolation_level_code
@@ -261,6 +270,7 @@ class Fetcher:
                 conn = await self._connection(node)
                 request = self._build_request(partitions)
                 sent = {tp: (st.epoch, st.fetch_offset) for tp, st in partitions}
+                started = time.monotonic()
                 response = await conn.send(request)
                 if node in self._failing_nodes:
                     self._failing_nodes.discard(node)
@@ -274,7 +284,9 @@ class Fetcher:
                 await asyncio.sleep(backoff)
                 await self._refresh_quietly()
                 continue
-            if self._handle_response(response, sent):
+            size = self._handle_response(response, sent)
+            self.metrics.fetched(started, time.monotonic(), max(size, 0))
+            if size < 0:
                 await asyncio.sleep(backoff)
                 await self._refresh_quietly()
 
@@ -408,14 +420,16 @@ class Fetcher:
             rack_id="",
         )
 
-    def _handle_response(self, response, sent: dict[TopicPartition, tuple[int, int]]) -> bool:
-        """Buffer the data; True when an error asks for a metadata refresh and a backoff."""
+    def _handle_response(self, response, sent: dict[TopicPartition, tuple[int, int]]) -> int:
+        """Buffer the data; the bytes of record data buffered, or -1 when an error asks for a
+        metadata refresh and a backoff."""
         top_error = getattr(response, "error_code", 0)
         if top_error:
             log.warning("fetch failed: %s", ErrorCode(top_error).name)
-            return True
+            return -1
         needs_refresh = False
         got_data = False
+        size = 0
         for topic_response in response.responses:
             for p in topic_response.partitions:
                 tp = TopicPartition(topic_response.topic, p.partition_index)
@@ -446,6 +460,7 @@ class Fetcher:
                     )
                     self._buffers.setdefault(tp, deque()).append(chunk)
                     st.fetch_offset = next_offset
+                    size += len(records)
                     got_data = True
                 elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._out_of_range(tp, st, fetch_offset)
@@ -462,7 +477,7 @@ class Fetcher:
                     got_data = True  # wake poll so the error surfaces
         if got_data:
             self.data_ready.set()
-        return needs_refresh
+        return -1 if needs_refresh else size
 
     def _out_of_range(self, tp: TopicPartition, st: PartitionState, offset: int) -> None:
         strategy = self.config.auto_offset_reset
@@ -500,6 +515,7 @@ class Fetcher:
             if not buffered or st.paused or st.position is None or (only is not None and tp not in only):
                 continue
             taken: list | None = None
+            size = 0
             while buffered and remaining > 0:
                 chunk = buffered[0]
                 if chunk.epoch != st.epoch:
@@ -521,16 +537,27 @@ class Fetcher:
                     remaining -= len(part)
                 if chunk.cursor >= len(records):
                     buffered.popleft()
+                    size += chunk.size
                     if chunk.next_offset > st.position:
                         st.position = chunk.next_offset
                         st.offset_epoch = chunk.epoch_of(chunk.next_offset - 1)
                     self._wakeup.set()  # room in the buffer: fetch more
             if taken:
                 result[tp] = taken
+                self._record_consumed(tp, st, len(taken), size)
             self._drain_start = (start + i + 1) % n
         if not any(self._buffers.values()):
             self.data_ready.clear()
         return result
+
+    def _record_consumed(self, tp: TopicPartition, st: PartitionState, records: int, size: int) -> None:
+        """Kafka's FetchCollector metrics of one partition in one poll: records and bytes handed out,
+        and the lag (to the high watermark, the LSO under read_committed) and lead (over the log
+        start) of the position reached."""
+        end = st.last_stable_offset if self.isolation_level == READ_COMMITTED else st.high_watermark
+        lag = max(end - st.position, 0) if end >= 0 else -1
+        lead = st.position - st.log_start_offset if st.log_start_offset >= 0 else -1
+        self.metrics.consumed(tp, records, size, lag, lead, time.monotonic())
 
     def has_buffered(self) -> bool:
         return any(self._buffers.values())

@@ -23,6 +23,7 @@ from onceflow.client.consumer.structs import (
     OffsetAndMetadata,
     TopicPartition,
 )
+from onceflow.client.metrics import MetricsSnapshot
 from onceflow.protocol.errors import KafkaError
 from onceflow.protocol.record_codec import Record
 
@@ -139,6 +140,10 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return self._call(self._consumer.assignment)
+
+    def metrics(self) -> MetricsSnapshot:
+        """The consumer's metrics now, with Kafka's names (see :meth:`AsyncConsumer.metrics`)."""
+        return self._consumer.metrics()
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         return self._call(self._consumer.group_metadata)

@@ -38,8 +38,10 @@ class ProduceDispatcher:
         txn: TransactionManager,
         faults: ClientFaults | None,
         on_answer: AnswerHandler,
+        metrics=None,
     ) -> None:
         self.config = config
+        self.metrics = metrics  # a ProducerMetrics: request latency
         self.txn = txn
         self.faults = faults
         self.on_answer = on_answer
@@ -98,6 +100,8 @@ class ProduceDispatcher:
             outcome: object = KafkaError("request cancelled", ErrorCode.NETWORK_EXCEPTION)
         else:
             outcome = answer.exception() or answer.result()
+            if self.metrics is not None:
+                self.metrics.answered(sent, time.monotonic())
         faults = self.faults
         if (
             faults is not None

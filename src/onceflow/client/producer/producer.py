@@ -30,6 +30,7 @@ from typing import Any
 
 from onceflow.client.connection import BrokerConnectionError
 from onceflow.client.consumer.structs import ConsumerGroupMetadata
+from onceflow.client.metrics import MetricsSnapshot, elapsed_ns
 from onceflow.client.producer import txn_requests
 from onceflow.client.producer.accumulator import (
     RECORD_SIZE_SLACK,
@@ -47,10 +48,12 @@ from onceflow.client.producer.errors import (
     TransactionAbortedError,
 )
 from onceflow.client.producer.faults import ClientFaults
+from onceflow.client.producer.metrics import ProducerMetrics
 from onceflow.client.producer.network import ProducerNetwork
 from onceflow.client.producer.partitioners import DefaultPartitioner, partitioner_for
 from onceflow.client.producer.sender import Sender
 from onceflow.client.producer.transaction_manager import TransactionManager, TxnEvent, TxnState
+from onceflow.protocol.compression import CompressionType
 from onceflow.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
@@ -124,6 +127,17 @@ class AsyncProducer:
         )
         self._network: ProducerNetwork | None = None
         self._sender: Sender | None = None
+        self._metrics = ProducerMetrics(
+            self.config.client_id, compressed=self.config.compression_codec != CompressionType.NONE
+        )
+        memory = self._accumulator.memory
+        self._metrics.gauges(
+            buffer_total_bytes=lambda: memory.total,
+            buffer_available_bytes=lambda: memory.total - memory.used,
+            waiting_threads=lambda: memory.waiting,
+            requests_in_flight=lambda: self._sender.requests_in_flight() if self._sender else 0,
+            metadata_age=lambda: time.monotonic() - self._network.last_refresh if self._network else 0.0,
+        )
         self._closed = False
         self._started = False
         # A record bigger than this can never be sent: no request may exceed max.request.size, and
@@ -146,7 +160,7 @@ class AsyncProducer:
             retry_backoff_ms=cfg.retry_backoff_ms,
         )
         await self._first_connection()
-        self._sender = Sender(cfg, self._accumulator, self._network, self.txn, self.faults)
+        self._sender = Sender(cfg, self._accumulator, self._network, self.txn, self.faults, self._metrics)
         if cfg.enable_idempotence and not self.txn.is_transactional:
             producer_id, epoch = await txn_requests.init_producer_id(self._network, self.txn, cfg)
             self.txn.set_producer(producer_id, epoch)
@@ -235,7 +249,9 @@ class AsyncProducer:
         count = self._network.partition_counts.get(topic)
         if count is None:
             deadline = self._block_deadline()
+            waited = time.perf_counter()
             count = await self._topic_partitions(topic, partition, deadline)
+            self._metrics.metadata_wait_time.record(elapsed_ns(waited))
             if type(count) is not int:
                 return count  # refused
         created = self._accumulator.batches_created
@@ -247,12 +263,16 @@ class AsyncProducer:
         if type(result) is int:
             if deadline is None:
                 deadline = self._block_deadline()
-            while type(result) is int:
-                try:
-                    await self._accumulator.memory.wait_async(result, deadline)
-                except BufferExhaustedError as exc:
-                    return self._refuse(topic, partition, exc)
-                result = self._append(topic, value, key, partition, timestamp_ms, headers, count)
+            waited = time.perf_counter()
+            try:
+                while type(result) is int:
+                    try:
+                        await self._accumulator.memory.wait_async(result, deadline)
+                    except BufferExhaustedError as exc:
+                        return self._refuse(topic, partition, exc)
+                    result = self._append(topic, value, key, partition, timestamp_ms, headers, count)
+            finally:
+                self._metrics.bufferpool_wait_time.record(elapsed_ns(waited))
         return result
 
     async def _topic_partitions(
@@ -502,6 +522,7 @@ class AsyncProducer:
         error; the state may have changed while send() waited) Kafka throws; this raises what a send
         in that state raises."""
         log.debug("send to %s refused: %s", topic, error)
+        self._metrics.errors.record()  # Kafka's doSend counts these in record-error-* too
         txn = self.txn
         if txn.transactional_id is not None:
             if txn.state is not TxnState.IN_TRANSACTION and txn.state is not TxnState.ABORTABLE_ERROR:
@@ -523,7 +544,16 @@ class AsyncProducer:
     async def flush(self) -> None:
         """Send everything queued now and wait until each batch is acknowledged or failed."""
         if self._sender is not None:
-            await self._sender.wait_idle()
+            started = time.perf_counter()
+            try:
+                await self._sender.wait_idle()
+            finally:
+                self._metrics.flush_time.record(elapsed_ns(started))
+
+    def metrics(self) -> MetricsSnapshot:
+        """The producer's metrics now, with Kafka's names: ``{MetricName: value}``, e.g.
+        ``producer.metrics().value("record-send-total")``; see docs/client-metrics.md."""
+        return self._metrics.snapshot()
 
     async def partitions_for(self, topic: str) -> list[int]:
         if not self._started:
@@ -546,10 +576,14 @@ class AsyncProducer:
         the same transactional.id (their sends and commits fail with ProducerFencedError) and makes the
         coordinator finish any transaction they left open. Call once, before the first transaction."""
         self._require_transactional("init_transactions")
-        if not self._started:
-            await self.start()
-        self.txn.transition(TxnEvent.INIT)
-        await self._init_producer_id()
+        started = time.perf_counter()
+        try:
+            if not self._started:
+                await self.start()
+            self.txn.transition(TxnEvent.INIT)
+            await self._init_producer_id()
+        finally:
+            self._metrics.txn_init_time.record(elapsed_ns(started))
 
     async def _init_producer_id(self) -> None:
         try:
@@ -571,9 +605,11 @@ class AsyncProducer:
     def begin_transaction(self) -> None:
         """Start a transaction (local: nothing is sent until the first record or offsets)."""
         self._require_transactional("begin_transaction")
+        started = time.perf_counter()
         self.txn.transition(TxnEvent.BEGIN)
         # KIP-890: this transaction's protocol, fixed until it ends (see TransactionManager).
         self.txn.latch_transaction_version(self._network.transaction_version())
+        self._metrics.txn_begin_time.record(elapsed_ns(started))
 
     async def send_offsets_to_transaction(self, offsets: Mapping, group_metadata) -> None:
         """Commit consumer offsets as part of the transaction: they become visible only if it commits.
@@ -584,6 +620,7 @@ class AsyncProducer:
         self._require_transactional("send_offsets_to_transaction")
         self.txn.check_can_send()
         group = _as_group_metadata(group_metadata)
+        started = time.perf_counter()
         try:
             if not self.txn.transaction_v2:  # v2: TxnOffsetCommit v5 adds the offsets partition itself
                 await txn_requests.add_offsets_to_txn(self._network, self.txn, group.group_id, self.config)
@@ -594,12 +631,21 @@ class AsyncProducer:
         except KafkaError as exc:
             self._fail_transaction(exc)
             raise
+        finally:
+            self._metrics.txn_send_offsets_time.record(elapsed_ns(started))
 
     async def commit_transaction(self) -> None:
         """Flush the transaction's records, then commit it. On TransactionAbortableError call
         abort_transaction(); on ProducerFencedError close the producer."""
         self._require_transactional("commit_transaction")
         self.txn.check_not_failed("commit_transaction")
+        started = time.perf_counter()
+        try:
+            await self._commit_transaction()
+        finally:
+            self._metrics.txn_commit_time.record(elapsed_ns(started))
+
+    async def _commit_transaction(self) -> None:
         self.txn.transition(TxnEvent.COMMIT)
         await self._sender.wait_idle()
         if self.txn.state is not TxnState.COMMITTING_TRANSACTION:  # a batch failed while flushing
@@ -618,6 +664,13 @@ class AsyncProducer:
         self._require_transactional("abort_transaction")
         if self.txn.state is TxnState.FATAL_ERROR:
             self.txn.check_not_failed("abort_transaction")
+        started = time.perf_counter()
+        try:
+            await self._abort_transaction()
+        finally:
+            self._metrics.txn_abort_time.record(elapsed_ns(started))
+
+    async def _abort_transaction(self) -> None:
         self.txn.transition(TxnEvent.ABORT)
         self._sender.fail_queued(
             TransactionAbortedError("the transaction was aborted before this record was sent")

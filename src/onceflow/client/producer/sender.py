@@ -49,6 +49,7 @@ from onceflow.client.producer.errors import (
     fatal_error_for,
 )
 from onceflow.client.producer.faults import ClientFaults
+from onceflow.client.producer.metrics import ProducerMetrics
 from onceflow.client.producer.network import ProducerNetwork
 from onceflow.client.producer.produce_dispatch import ProduceDispatcher
 from onceflow.client.producer.transaction_manager import TransactionManager, TxnEvent, TxnState
@@ -99,8 +100,10 @@ class Sender:
         network: ProducerNetwork,
         txn: TransactionManager,
         faults: ClientFaults | None = None,
+        metrics: ProducerMetrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics if metrics is not None else ProducerMetrics(config.client_id)
         self.accumulator = accumulator
         self.network = network
         self.txn = txn
@@ -111,7 +114,7 @@ class Sender:
         self.delivery_timeout_s = config.delivery_timeout_ms / 1000.0
         self.request_timeout_s = config.request_timeout_ms / 1000.0
         self.retry_backoff_s = config.retry_backoff_ms / 1000.0
-        self.dispatcher = ProduceDispatcher(config, txn, faults, self._answered)
+        self.dispatcher = ProduceDispatcher(config, txn, faults, self._answered, self.metrics)
         self.metadata_max_age_s = config.metadata_max_age_ms / 1000.0
         self.partitions: dict[tuple[str, int], PartitionSequences] = {}
         self._node_inflight: dict[int, int] = {}
@@ -167,6 +170,9 @@ class Sender:
 
     def _node_inflight_total(self) -> int:
         return sum(self._node_inflight.values())
+
+    def requests_in_flight(self) -> int:
+        return self._node_inflight_total()
 
     # -- the loop -----------------------------------------------------------------------------------
 
@@ -234,6 +240,7 @@ class Sender:
             # max.request.size (the first always goes); repeat while capacity lasts.
             while tps and self._node_inflight.get(node, 0) < self.max_in_flight:
                 batches = []
+                sizes = []
                 room = self.max_request_size
                 for tp in tps:
                     head = self.accumulator.peek(tp)
@@ -246,12 +253,14 @@ class Sender:
                     if batch is not None:
                         self._prepare(tp, batch)
                         batches.append(batch)
+                        sizes.append(size)
                         room -= size
                 if not batches:
                     break
                 self._node_inflight[node] = self._node_inflight.get(node, 0) + 1
                 self._requests_sent += 1
                 request = self.dispatcher.request_for(conn, batches)
+                self.metrics.request_sent(batches, sizes, now)
                 self.dispatcher.send(node, conn, request, batches, self._requests_sent)
                 tps = [tp for tp in tps if self._has_ready_head(tp, now)]
         return delay
@@ -386,12 +395,14 @@ class Sender:
             else:
                 seq.bump = True
                 seq.retry.append(batch)
+                self.metrics.retried(batch, time.monotonic())
         elif (
             (code.retriable or code in _SEQUENCE_ERRORS)
             and batch.attempts <= self.config.retries
             and not expired
         ):
             log.debug("%s: %s, will retry", what, code.name)
+            self.metrics.retried(batch, time.monotonic())
             if code in _METADATA_ERRORS:
                 self._request_metadata()
             batch.retry_at = time.monotonic() + self.retry_backoff_s
@@ -440,6 +451,7 @@ class Sender:
             )
         self.accumulator.requeue(tp, parts)
         self.splits += 1
+        self.metrics.splits.record()
 
     def _sequence_gap(self, tp, seq: PartitionSequences | None, error: BaseException) -> None:
         """A batch with a sequence number failed for good: later sequences cannot be written as they are."""
@@ -501,9 +513,15 @@ class Sender:
         for seq in self.partitions.values():
             seq.epoch, seq.next_sequence, seq.bump = self.txn.producer_epoch, 0, False
 
-    def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time: int, error) -> None:
+    def _complete(
+        self, batch: ProducerBatch, base_offset: int, log_append_time: int, error, *, count: bool = True
+    ) -> None:
+        """Complete a batch; a failure counts in record-error-* unless ``count`` is False (batches
+        failed unsent by an abort or a close, which Kafka does not count as send errors either)."""
         if not batch.done:
             self.accumulator.memory.release(batch.reserved)
+            if error is not None and count:
+                self.metrics.failed(batch, time.monotonic())
         batch.complete(base_offset, log_append_time, error)
 
     def fail_queued(self, error: BaseException) -> int:
@@ -513,7 +531,7 @@ class Sender:
             batches.extend(seq.retry)
             seq.retry = []
         for batch in batches:
-            self._complete(batch, -1, -1, error)
+            self._complete(batch, -1, -1, error, count=False)
         return len(batches)
 
     def _expire(self, now: float) -> None:

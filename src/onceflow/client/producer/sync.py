@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from onceflow.client.metrics import MetricsSnapshot, elapsed_ns
 from onceflow.client.producer.batch import RecordFuture, RecordMetadata
 from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.producer.errors import BufferExhaustedError, ProducerClosedError
@@ -148,12 +149,15 @@ class Producer:
         filling = producer._fill_many(topic, values, keys, partition, count, timestamp, headers, futures)
         for need in filling:
             if need:
+                waited = time.perf_counter()
                 try:
                     producer._accumulator.memory.wait_sync(need, producer._block_deadline())
                 except BufferExhaustedError as exc:
                     filling.close()
                     futures.append(producer._refuse(topic, partition, exc))
                     break
+                finally:
+                    producer._metrics.bufferpool_wait_time.record(elapsed_ns(waited))
         return futures
 
     def _check_open(self, what: str) -> None:
@@ -171,6 +175,10 @@ class Producer:
     @property
     def producer_id_and_epoch(self) -> tuple[int, int]:
         return self._async.producer_id_and_epoch
+
+    def metrics(self) -> MetricsSnapshot:
+        """The producer's metrics now, with Kafka's names (see :meth:`AsyncProducer.metrics`)."""
+        return self._async.metrics()
 
     def close(self, timeout: float | None = None) -> None:
         """Send what is queued (up to ``timeout`` seconds), disconnect, and stop the producer's thread."""

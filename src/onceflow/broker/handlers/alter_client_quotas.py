@@ -1,0 +1,81 @@
+"""AlterClientQuotas (49, KIP-546): set or remove producer/consumer byte rates and request percentages
+of users, client-ids and their defaults (``kafka-configs --alter --entity-type clients|users``,
+``onceflow quotas set``).
+
+Each entry gets its own answer, checked as Kafka's controller checks it: INVALID_REQUEST for an
+empty, repeated or unknown entity type, an empty name, an unknown key, a value not above 0, a
+fractional byte rate, a key given twice, or an entity given twice. The valid entries are saved
+together (``quotas.store``) before the answer goes out; ``validate_only`` checks and changes nothing.
+A store that cannot be written answers KAFKA_STORAGE_ERROR for every entry that would have changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+from kafka.protocol.admin import AlterClientQuotasRequest, AlterClientQuotasResponse
+
+from onceflow.broker.context import RequestContext
+from onceflow.broker.quotas.entities import Entity, check_ops, entity
+from onceflow.protocol.errors import ErrorCode, InvalidRequest, KafkaError
+
+log = logging.getLogger(__name__)
+
+API_KEY = 49
+MIN_VERSION = 0
+MAX_VERSION = 1
+REQUEST = AlterClientQuotasRequest
+
+_Entry = AlterClientQuotasResponse.EntryData
+_EntityData = _Entry.EntityData
+
+
+async def handle(ctx: RequestContext, request: AlterClientQuotasRequest) -> AlterClientQuotasResponse:
+    entries = request.entries or []
+    parsed: list[Entity | None] = []
+    for item in entries:
+        try:
+            parsed.append(entity((e.entity_type, e.entity_name) for e in item.entity))
+        except KafkaError:
+            parsed.append(None)
+    repeated = {e for e, count in Counter(e for e in parsed if e is not None).items() if count > 1}
+
+    results: list[tuple[int, str | None]] = []
+    changes = []
+    for item, quota_entity in zip(entries, parsed, strict=True):
+        try:
+            if quota_entity is None:  # raise its error again, now for this entry's answer
+                entity((e.entity_type, e.entity_name) for e in item.entity)
+            if quota_entity in repeated:
+                raise InvalidRequest(f"Ignoring duplicate entity {quota_entity}")
+            changes.append((quota_entity, check_ops((op.key, op.value, op.remove) for op in item.ops)))
+            results.append((int(ErrorCode.NONE), None))
+        except KafkaError as exc:
+            results.append((int(exc.code), str(exc)))
+    if ctx.quotas is None:
+        results = [(int(ErrorCode.UNKNOWN_SERVER_ERROR), "client quotas are not available")] * len(entries)
+    else:
+        try:
+            ctx.quotas.alter(changes, validate_only=bool(request.validate_only))
+        except OSError as exc:
+            log.exception("could not save client quotas")
+            results = [
+                (int(ErrorCode.KAFKA_STORAGE_ERROR), f"could not save client quotas: {exc}")
+                if code == 0
+                else (code, message)
+                for code, message in results
+            ]
+    return AlterClientQuotasResponse(
+        throttle_time_ms=0,
+        entries=[
+            _Entry(
+                error_code=code,
+                error_message=message,
+                entity=[
+                    _EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in item.entity
+                ],
+            )
+            for item, (code, message) in zip(entries, results, strict=True)
+        ],
+    )
