@@ -44,6 +44,7 @@ from onceflow.broker.handlers import (
     offset_commit,
     offset_delete,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sync_group,
     txn_offset_commit,
@@ -54,6 +55,7 @@ HANDLERS = [
     produce,
     fetch,
     list_offsets,
+    offset_for_leader_epoch,  # replication (broker/replica) and consumers after a leader change
     metadata,
     api_versions,
     create_topics,

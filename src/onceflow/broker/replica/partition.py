@@ -93,6 +93,14 @@ class FetchAnswer:
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset) to truncate to
 
 
+def leader_epoch_error(requested: int, current: int) -> ErrorCode:
+    """What a request naming leader epoch ``requested`` gets from a replica in epoch ``current``
+    (KIP-320): FENCED_LEADER_EPOCH if older, UNKNOWN_LEADER_EPOCH if newer; -1 checks nothing."""
+    if requested in (NO_EPOCH, current):
+        return ErrorCode.NONE
+    return ErrorCode.FENCED_LEADER_EPOCH if requested < current else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
 class ReplicatedPartition:
     def __init__(
         self,
@@ -240,14 +248,10 @@ class ReplicatedPartition:
 
     def check_leader_epoch(self, current_leader_epoch: int, *, require_leader: bool = True) -> ErrorCode:
         """KIP-320: a request naming an older leader epoch is fenced, a newer one is unknown here."""
-        if current_leader_epoch != NO_EPOCH:
-            if current_leader_epoch < self.leader_epoch:
-                return ErrorCode.FENCED_LEADER_EPOCH
-            if current_leader_epoch > self.leader_epoch:
-                return ErrorCode.UNKNOWN_LEADER_EPOCH
-        if require_leader and not self.is_leader:
+        error = leader_epoch_error(current_leader_epoch, self.leader_epoch)
+        if error == ErrorCode.NONE and require_leader and not self.is_leader:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return ErrorCode.NONE
+        return error
 
     def append_as_leader(
         self,
