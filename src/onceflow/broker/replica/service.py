@@ -159,7 +159,7 @@ class ReplicationService:
 
     # -- what the handlers call -------------------------------------------------------------------
 
-    async def append(
+    def append_now(
         self,
         key: tuple[str, int],
         batches: list[tuple[BatchHeader, memoryview]],
@@ -167,14 +167,16 @@ class ReplicationService:
         required_acks: int,
         timeout_ms: int,
         origin: AppendOrigin = AppendOrigin.CLIENT,
-    ) -> tuple[AppendResult, ErrorCode]:
-        """Append as leader (errors before the write raise); with acks=all, returns once the ISR has
-        the batches, or with the error that ended the wait."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[ErrorCode] = loop.create_future()
+    ) -> tuple[AppendResult, asyncio.Future[ErrorCode] | None]:
+        """Append as leader now (errors before the write raise): the result, and for acks=all a future
+        set once the ISR has the batches (NONE) or with the error that ended the wait. Synchronous, so
+        that a handler appends before its first ``await`` and pipelined requests append in order."""
+        done: asyncio.Future[ErrorCode] | None = None
+        if required_acks == -1:
+            done = asyncio.get_running_loop().create_future()
 
         def complete(_result: AppendResult, error: ErrorCode) -> None:
-            if not done.done():
+            if done is not None and not done.done():
                 done.set_result(error)
 
         result = self.manager.append(
@@ -184,12 +186,10 @@ class ReplicationService:
             required_acks=required_acks,
             timeout_ms=timeout_ms,
             origin=origin,
-            on_complete=complete if required_acks == -1 else None,
+            on_complete=complete if done is not None else None,
         )
         self.wake()
-        if required_acks != -1:
-            return result, ErrorCode.NONE
-        return result, await done
+        return result, done
 
     async def fetch_for_follower(self, request: FetchRequestData) -> dict:
         """A follower's Fetch: the answers, once there is data or ``max_wait_ms`` passed."""
