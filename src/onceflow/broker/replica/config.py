@@ -34,3 +34,18 @@ class BrokerView(Protocol):
 
     def isr_eligible(self, broker_id: int) -> bool:
         """Whether ``broker_id`` may join an ISR: registered, not fenced, not shutting down."""
+
+
+def replica_config(broker_config: object, broker_id: int) -> ReplicaConfig:
+    """The replication settings of a ``BrokerConfig`` (Kafka's ``replica.*`` names)."""
+    c = broker_config
+    return ReplicaConfig(
+        broker_id=broker_id,
+        replica_lag_time_max_ms=c.replica_lag_time_max_ms,
+        replica_fetch_max_bytes=c.replica_fetch_max_bytes,
+        replica_fetch_response_max_bytes=c.replica_fetch_response_max_bytes,
+        replica_fetch_wait_max_ms=c.replica_fetch_wait_max_ms,
+        replica_fetch_min_bytes=c.replica_fetch_min_bytes,
+        replica_fetch_backoff_ms=c.replica_fetch_backoff_ms,
+        replica_high_watermark_checkpoint_interval_ms=c.replica_high_watermark_checkpoint_interval_ms,
+    )
