@@ -47,7 +47,7 @@ from onceflow.log.log import AppendResult, Log
 from onceflow.log.offset_checkpoint import read_offsets, write_offsets
 from onceflow.metadata.delta import local_changes
 from onceflow.metadata.image import NO_LEADER, MetadataImage
-from onceflow.protocol.errors import ErrorCode, NotLeaderOrFollower
+from onceflow.protocol.errors import ErrorCode, KafkaError, NotLeaderOrFollower
 from onceflow.protocol.messages import AlterPartitionRequest, AlterPartitionResponse
 from onceflow.protocol.records import BatchHeader
 
@@ -130,6 +130,8 @@ class ReplicaManager:
             self._known_hw.pop(key, None)
         for key, local in changes.leaders.items():
             partition = self._partition(key, local.topic_id)
+            if partition is None:
+                continue
             self._stop_fetching(key)
             was_leader = partition.is_leader
             partition.become_leader(local.partition, now_ms)
@@ -138,6 +140,8 @@ class ReplicaManager:
             self._high_watermark_moved(key, partition)
         for key, local in changes.followers.items():
             partition = self._partition(key, local.topic_id)
+            if partition is None:
+                continue
             was_leader = partition.is_leader
             if partition.become_follower(local.partition, now_ms):
                 self._stop_fetching(key)
@@ -154,10 +158,16 @@ class ReplicaManager:
     def partition(self, key: PartitionKey) -> ReplicatedPartition | None:
         return self.partitions.get(key)
 
-    def _partition(self, key: PartitionKey, topic_id: Any) -> ReplicatedPartition:
+    def _partition(self, key: PartitionKey, topic_id: Any) -> ReplicatedPartition | None:
+        """The replica of ``key``, opening its log the first time; None if the log cannot be opened
+        (a full disk, no file descriptors: the owner of the logs reports it; the next image retries)."""
         partition = self.partitions.get(key)
         if partition is None:
-            plog = self._open_log(key[0], key[1], topic_id)
+            try:
+                plog = self._open_log(key[0], key[1], topic_id)
+            except (KafkaError, OSError) as exc:
+                log.error("no replica of %s-%d on broker %d: %s", key[0], key[1], self.broker_id, exc)
+                return None
             partition = self._partition_class(
                 key[0],
                 key[1],
