@@ -30,6 +30,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="onceflow",
         help="broker the `broker` fixture starts (default onceflow; tansu checks the harness)",
     )
+    parser.addoption(
+        "--raft-seed",
+        type=int,
+        default=None,
+        help="replay one seed of the quorum simulator (tests/raft); also ONCEFLOW_RAFT_SEED",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

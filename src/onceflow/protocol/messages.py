@@ -1,7 +1,8 @@
 """Request and response classes for APIs kafka-python has no schema for, built by its ``ApiMessage``
-from our JSON schemas in :mod:`onceflow.protocol.schemas`: the KIP-848 group APIs, and the APIs a
-broker sends to the KRaft controller (registration, heartbeats, AlterPartition, producer-id blocks,
-forwarded admin requests in an Envelope)."""
+from our JSON schemas in :mod:`onceflow.protocol.schemas`: the KIP-848 group APIs, the APIs a broker
+sends to the KRaft controller (registration, heartbeats, AlterPartition, producer-id blocks,
+forwarded admin requests in an Envelope), and the quorum's Vote, BeginQuorumEpoch, EndQuorumEpoch
+and FetchSnapshot (served on the controller listener by ``onceflow.raft``)."""
 
 from __future__ import annotations
 
@@ -14,18 +15,26 @@ __all__ = [
     "AllocateProducerIdsResponse",
     "AlterPartitionRequest",
     "AlterPartitionResponse",
+    "BeginQuorumEpochRequest",
+    "BeginQuorumEpochResponse",
     "BrokerHeartbeatRequest",
     "BrokerHeartbeatResponse",
     "BrokerRegistrationRequest",
     "BrokerRegistrationResponse",
-    "EnvelopeRequest",
-    "EnvelopeResponse",
-    "UnregisterBrokerRequest",
-    "UnregisterBrokerResponse",
     "ConsumerGroupDescribeRequest",
     "ConsumerGroupDescribeResponse",
     "ConsumerGroupHeartbeatRequest",
     "ConsumerGroupHeartbeatResponse",
+    "EndQuorumEpochRequest",
+    "EndQuorumEpochResponse",
+    "EnvelopeRequest",
+    "EnvelopeResponse",
+    "FetchSnapshotRequest",
+    "FetchSnapshotResponse",
+    "UnregisterBrokerRequest",
+    "UnregisterBrokerResponse",
+    "VoteRequest",
+    "VoteResponse",
 ]
 
 
@@ -90,4 +99,36 @@ class UnregisterBrokerRequest(ApiMessage, load_json=_schemas):
 
 
 class UnregisterBrokerResponse(ApiMessage, load_json=_schemas):
+    pass
+
+
+class VoteRequest(ApiMessage, load_json=_schemas):
+    pass
+
+
+class VoteResponse(ApiMessage, load_json=_schemas):
+    pass
+
+
+class BeginQuorumEpochRequest(ApiMessage, load_json=_schemas):
+    pass
+
+
+class BeginQuorumEpochResponse(ApiMessage, load_json=_schemas):
+    pass
+
+
+class EndQuorumEpochRequest(ApiMessage, load_json=_schemas):
+    pass
+
+
+class EndQuorumEpochResponse(ApiMessage, load_json=_schemas):
+    pass
+
+
+class FetchSnapshotRequest(ApiMessage, load_json=_schemas):
+    pass
+
+
+class FetchSnapshotResponse(ApiMessage, load_json=_schemas):
     pass
