@@ -228,6 +228,23 @@ class ReplicaManager:
         self._complete_produces(now_ms)
         return result
 
+    def when_replicated(
+        self,
+        key: PartitionKey,
+        required_offset: int,
+        now_ms: int,
+        timeout_ms: int,
+        on_complete: Callable[[ErrorCode], None],
+    ) -> None:
+        """Call ``on_complete(error)`` once the ISR holds everything below ``required_offset`` of a
+        partition led here (the high watermark reached it): NONE, or the error that ended the wait.
+        For appends made another way (transaction markers, coordinator records) that must be
+        replicated before anything depends on them."""
+        result = AppendResult(required_offset - 1, required_offset - 1, -1, -1)
+        pending = PendingProduce({key: required_offset}, now_ms + timeout_ms)
+        self._produces.append((pending, result, lambda _result, error: on_complete(error)))
+        self._complete_produces(now_ms)
+
     def _complete_produces(self, now_ms: int) -> None:
         if not self._produces:
             return

@@ -191,6 +191,19 @@ class ReplicationService:
         self.wake()
         return result, done
 
+    async def replicated(self, key: tuple[str, int], offset: int, timeout_ms: int) -> ErrorCode:
+        """Wait until the ISR of ``key`` (led here) holds every offset up to ``offset`` (inclusive);
+        NONE, or why not (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT)."""
+        done: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+
+        def complete(error: ErrorCode) -> None:
+            if not done.done():
+                done.set_result(error)
+
+        self.manager.when_replicated(key, offset + 1, self._clock_ms(), timeout_ms, complete)
+        self.wake()
+        return await done
+
     async def fetch_for_follower(self, request: FetchRequestData) -> dict:
         """A follower's Fetch: the answers, once there is data or ``max_wait_ms`` passed."""
         done: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
