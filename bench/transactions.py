@@ -1,248 +1,207 @@
-"""Transactional vs idempotent produce, read_committed vs read_uncommitted consume, and onceflow's
-transactional produce vs Tansu's, side by side.
+"""Transaction overhead as Kafka measures it: producers that commit every 10, 100 or 1,000 ms,
+against idempotent producers in the same run, on onceflow and on Tansu.
 
-    python bench/transactions.py [--quick] [--records N] [--rounds R] [--producers P]
+    python bench/transactions.py [--quick] [--seconds S] [--rounds R] [--producers 1,4]
+                                 [--brokers onceflow,tansu] [--queue-kbytes K]
 
-Produce: confluent-kafka producers send N records of 1,000 bytes (acks=all, linger.ms=5, batch.size
-1 MiB, message.max.bytes 1,048,588), once idempotent, once transactional with 1,000 records per
-transaction (begin, 1,000 sends, commit), measured two ways:
+Kafka's own figure for what transactions cost is a throughput ratio: 1 KB records, a producer that
+commits every 100 ms, against the same producer without transactions (about 3% overhead in Kafka's
+design). This script measures that shape with confluent-kafka (librdkafka) producers, each in a
+process of its own, warmed up before anything is timed, with a bounded queue so that a producer
+sends at the rate the broker acknowledges and the idempotent phase measures delivery, not
+enqueueing (``_producer_pool.py``):
 
-- one producer to one partition. Each commit_transaction() is synchronous: it sends what is still
-  queued (with linger.ms=5 and 1,000 records produced in ~2 ms, that is the whole 1 MB) and waits
-  for EndTxn, while the idempotent producer keeps five requests in flight. This measures one
-  client's commit latency, not the broker's overhead per transaction. librdkafka's in-process mock
-  cluster (``mock.*``, C, no disk, no socket) runs both loops as the reference: its own
-  transactional/idempotent ratio is the most this client reaches on this machine with a broker that
-  costs nothing.
-- P producers at once (separate processes, default 4), each with its own partition and
-  transactional.id, 2N/P records each, timed from the moment all of them have set up their producer:
-  commits of one producer overlap the others' sends, so the ratio shows what the transactions cost
-  per transaction when the machine is kept busy — the quantity issue 4's target is about ("overhead
-  per transaction, not per record"). Processes rather than threads, so that no producer waits for
-  another's GIL (with threads, the idempotent ones, which never block, lost more to it than the
-  transactional ones, which wait for commits, and the ratio came out above 1). The same processes run
-  against Tansu and against the mock cluster as references.
+- phases of S seconds (default 2; ``--quick`` 0.25) in which 1 and then 4 producers, each on its own
+  partition of a fresh topic, send 1,000-byte records (acks=all, linger.ms=5, batch.size 1 MiB):
+  idempotent; transactional committing every 10, 100 and 1,000 ms (a transaction commits once its
+  interval has passed, so it lasts the interval plus its commit: "transaction_ms_as_run"); and
+  transactional with 1,000 records per transaction, this benchmark's earlier shape, kept as a
+  reference without a target (a transaction that short spends much of its time in the synchronous
+  commit, whatever the broker);
+- each transactional phase paired with an idempotent phase run just before or after it
+  (alternately), so that a ratio compares neighbours on a machine whose load drifts; the same pairs
+  against onceflow (disk, in a temp dir) and Tansu (memory), the whole order reversed every round,
+  8 rounds (``--quick``: 2);
+- a confluent-kafka consumer reading the 1-producer, 100 ms topic back from onceflow with
+  read_uncommitted and read_committed, ``consume_repeats`` times each per round.
 
-Every producer is set up and warmed up before its timed part (one acknowledged record, or one
-committed one-record transaction): librdkafka's idempotent producer sends nothing for its first ~0.5 s,
-and init_transactions takes its own time, neither of which is a cost of transactions.
-
-Scheduling matters on a small machine: the broker runs in a session of its own (as a service would),
-so with the kernel's autogroup scheduling it gets a fair share against all producer processes together.
-Started in the producers' session instead, it is starved by them, the idempotent baseline loses about
-a third, and the concurrent ratio comes out near 1 for that reason alone.
-
-A confluent-kafka consumer then reads the single-producer transactional topic back with
-read_uncommitted and with read_committed, timed from the moment it is connected (its set-up is the
-same for both and was a noisy share of a ~0.4 s phase), ``CONSUME_REPEATS`` times each per round.
-Contenders run interleaved in ABBA order, at least three rounds. Reported: the medians with the
-broker's CPU seconds per GB and the share of the machine's CPU time left idle, the ratios of the
-medians, the median of each round's own ratio (steadier when the machine's load drifts), and how long
-commit_transaction() took (median, p90). Targets (issue 4): transactional / idempotent >= 0.95,
-read_committed / read_uncommitted >= 0.95, onceflow / Tansu transactional >= 1.0.
+Reported (the last stdout line, one JSON object): records/s per phase (median over rounds); each
+transactional phase's ratio to its idempotent neighbour, the median over the rounds (and, less
+steady, the ratio of the medians); the broker's and the producers' CPU seconds per GB, and the ratio of their sum,
+transactional over idempotent (on a shared machine CPU per GB moves far less than throughput);
+the share of the machine left idle and the share other processes took (``others_cpu_fraction``:
+read every figure with it); commit_transaction() latency, the mean transaction length as run, the
+load average, and the targets: onceflow's 100 ms ratio >= 0.97, and onceflow's ratio no lower than
+Tansu's at every interval.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import delete_topic, emit, kill_all, measure, median, progress, start_brokers  # noqa: E402
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from _common import (  # noqa: E402
+    cpu_seconds,
+    emit,
+    kill_all,
+    machine_cpu_seconds,
+    median,
+    progress,
+    start_brokers,
+)
+from _producer_pool import PRODUCER_CONF, QUEUE_KBYTES, RECORD_BYTES, Phase, ProducerPool  # noqa: E402
+from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-FULL = {"records": 200_000, "rounds": 3}
-QUICK = {"records": 40_000, "rounds": 3}
-RECORD_BYTES = 1_000
-RECORDS_PER_TXN = 1_000
-# The concurrent runs send this many times N records in all: at 2N each producer runs 100 transactions
-# in the full run, and the phase lasts over a second instead of ~0.6 s, which the machine's noise swamped.
-CONCURRENT_RECORDS_FACTOR = 2
-# A consume phase lasts ~0.4 s and single ones range over +-15% on this machine: each round reads the
-# topic back this many times per isolation level, alternating, and every pair is a paired ratio.
-CONSUME_REPEATS = 4
-PRODUCER_CONF = {
-    "acks": "all",
-    "linger.ms": 5,
-    "batch.size": 1 << 20,
-    # The broker's message.max.bytes default. librdkafka caps a batch at its own message.max.bytes
-    # (default 1,000,000), which would cut every 1,000-record transaction (~1,016,000 bytes) into a
-    # ~985-record batch and a tail of ~15, sent as a second Produce request at commit: an artefact of
-    # the two defaults, not a cost of transactions. Idempotent batches grow the same way.
-    "message.max.bytes": 1_048_588,
-    "compression.type": "none",
-    "queue.buffering.max.kbytes": 1 << 20,
-}
+FULL = {"seconds": 2.0, "rounds": 8, "consume_repeats": 4}
+QUICK = {"seconds": 0.25, "rounds": 2, "consume_repeats": 1}
+PRODUCER_COUNTS = (1, 4)
+COMMIT_INTERVALS_MS = (10, 100, 1_000)
+REFERENCE_RECORDS_PER_TXN = 1_000
+# The modes of a phase, in the order a round runs them: (name, mode, commit interval, records per txn).
+MODES = (
+    ("idempotent", "idempotent", None, None),
+    *((f"transactional_{ms}ms", "transactional", ms, None) for ms in COMMIT_INTERVALS_MS),
+    (f"transactional_{REFERENCE_RECORDS_PER_TXN}_records", "transactional", None, REFERENCE_RECORDS_PER_TXN),
+)
+TARGET_100MS_RATIO = 0.97
+CONSUMED_PHASE = "onceflow.1_producer.transactional_100ms"
 
 
-MOCK = None  # ``bootstrap`` value meaning: librdkafka's mock cluster inside the producer's own handle
+_admins: dict[str, AdminClient] = {}
 
 
-def create_topic(bootstrap: str | None, partitions: int = 1) -> str:
+def _admin(bootstrap: str) -> AdminClient:
+    if bootstrap not in _admins:
+        _admins[bootstrap] = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+    return _admins[bootstrap]
+
+
+def create_topic(bootstrap: str, partitions: int) -> str:
     topic = f"bench-txn-{uuid.uuid4().hex[:8]}"
-    if bootstrap is MOCK:
-        return topic  # the mock cluster creates topics on first use
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(
-        timeout=30
-    )
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=1)
+    _admin(bootstrap).create_topics([new])[topic].result(timeout=30)
     return topic
 
 
-def _where(bootstrap: str | None) -> dict:
-    return {"test.mock.num.brokers": 1} if bootstrap is MOCK else {"bootstrap.servers": bootstrap}
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Drop a measured topic at once, so that every phase writes into recycled page-cache pages
+    (see ``_common.delete_topic``)."""
+    _admin(bootstrap).delete_topics([topic])[topic].result(timeout=30)
 
 
-def _send(producer: Producer, topic: str, payload: bytes, first: int, count: int, partition: int) -> None:
-    for i in range(first, first + count):
-        while True:
-            try:
-                producer.produce(topic, payload, key=b"%d" % i, partition=partition)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 1000 == 0:
-            producer.poll(0)
+def phase_key(broker: str, producers: int, mode_name: str) -> str:
+    return f"{broker}.{producers}_producer{'s' if producers > 1 else ''}.{mode_name}"
 
 
-def idempotent_producer(bootstrap: str | None, topic: str, partition: int = 0) -> Producer:
-    """An idempotent producer that has had one record acknowledged. Start-up is kept out of the timed
-    part: librdkafka sends its first record ~0.5 s after the producer is made (measured here: it asks
-    for a producer id before any broker connection is up and retries on a timer), which in a 200 MB
-    run is a third of the time and made the idempotent baseline look slower than it is."""
-    producer = Producer({**_where(bootstrap), "enable.idempotence": True, **PRODUCER_CONF})
-    producer.produce(topic, b"warm-up", partition=partition)
-    if producer.flush(30):
-        raise RuntimeError(f"warm-up record to {bootstrap or 'mock'} was not acknowledged")
-    return producer
+@dataclass(frozen=True)
+class PhaseCost:
+    seconds: float
+    broker_cpu_s: float
+    producers_cpu_s: float  # the producer processes (the consumer's phases: this process)
+    idle_fraction: float  # of the machine's CPU time over the phase, nobody's
+    others_fraction: float  # of the machine's CPU time, taken by processes other than ours
 
 
-def transactional_producer(bootstrap: str | None, topic: str, partition: int = 0) -> Producer:
-    """A transactional producer that has committed one one-record transaction (init_transactions,
-    the partition's leader connection and its first AddPartitionsToTxn stay out of the timed part)."""
-    producer = Producer(
-        {**_where(bootstrap), "transactional.id": f"bench-{uuid.uuid4().hex[:8]}", **PRODUCER_CONF}
-    )
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    producer.produce(topic, b"warm-up", partition=partition)
-    producer.commit_transaction(30)
-    return producer
+class PhaseMeter:
+    """Wall time and CPU over one phase: the broker's, the clients', and the share of the machine
+    that went to other processes (a shared machine's other work, which moves every figure here and
+    is reported beside them). On a saturated machine CPU per GB is much steadier than throughput."""
 
+    def __init__(self, broker_pid: int, client_pids: list[int]) -> None:
+        self.broker_pid, self.client_pids = broker_pid, client_pids
+        self.cost: PhaseCost | None = None
 
-def send_idempotent(producer: Producer, topic: str, records: int, payload: bytes, partition: int = 0) -> None:
-    _send(producer, topic, payload, 0, records, partition)
-    if producer.flush(120):
-        raise RuntimeError("idempotent produce: records left undelivered")
+    def _clients(self) -> float:
+        return sum(cpu_seconds(pid) for pid in self.client_pids)
 
+    def start(self) -> None:
+        self._start = (cpu_seconds(self.broker_pid), self._clients(), cpu_seconds(), machine_cpu_seconds())
+        self._t0 = time.perf_counter()
 
-def send_transactional(
-    producer: Producer,
-    topic: str,
-    records: int,
-    payload: bytes,
-    partition: int = 0,
-    commit_seconds: list[float] | None = None,
-) -> None:
-    """``commit_seconds`` collects how long each commit_transaction() took (flush of the last
-    batches, then EndTxn): the per-transaction cost that idempotent produce does not pay."""
-    for first in range(0, records, RECORDS_PER_TXN):
-        producer.begin_transaction()
-        _send(producer, topic, payload, first, min(RECORDS_PER_TXN, records - first), partition)
-        started = time.perf_counter()
-        producer.commit_transaction(60)
-        if commit_seconds is not None:
-            commit_seconds.append(time.perf_counter() - started)
-
-
-MODES = {
-    "idempotent": (idempotent_producer, send_idempotent),
-    "transactional": (transactional_producer, send_transactional),
-}
-
-
-def prepare_produce(
-    mode: str, bootstrap: str | None, topic: str, records: int, payload: bytes, **send_args
-) -> Callable[[], None]:
-    """Set up a warmed-up producer now; return the job that sends ``records`` with it (the timed part)."""
-    setup, send = MODES[mode]
-    producer = setup(bootstrap, topic)
-    return lambda: send(producer, topic, records, payload, **send_args)
-
-
-def _producer_process(
-    mode: str, bootstrap: str, topic: str, records: int, payload: bytes, partition: int, barrier
-) -> None:
-    """One concurrent producer, in its own process: set up and warm up, meet the others at
-    ``barrier``, send."""
-    setup, send = MODES[mode]
-    producer = setup(bootstrap, topic, partition)
-    barrier.wait(BARRIER_TIMEOUT_S)
-    send(producer, topic, records, payload, partition=partition)
-
-
-BARRIER_TIMEOUT_S = 120
-
-
-def start_producer_processes(
-    bootstrap: str, topic: str, records: int, payload: bytes, producers: int, mode: str
-) -> Callable[[], None]:
-    """Start ``producers`` processes, each sending ``records // producers`` records in ``mode``
-    (a key of ``MODES``) to its own partition ``k`` of ``topic`` (``bootstrap`` MOCK: to a mock
-    cluster in each process), and return once all of them have
-    set up and warmed up their producer (process start-up, imports, init_transactions and the first
-    acknowledged record are not measured). The returned function waits for them all and raises if
-    any failed.
-
-    Processes, not threads: four Python threads would share one GIL, and the idempotent ones, which
-    never block, would lose more speed to it than the transactional ones, which wait for commits."""
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process holding librdkafka threads
-    barrier = ctx.Barrier(producers + 1)
-    processes = [
-        ctx.Process(
-            target=_producer_process,
-            # With the mock cluster each process has a cluster of its own: partition 0 for all.
-            args=(mode, bootstrap, topic, records // producers, payload, k if bootstrap else 0, barrier),
-            daemon=True,
+    def stop(self) -> None:
+        seconds = time.perf_counter() - self._t0
+        broker0, clients0, self0, (total0, idle0) = self._start
+        total1, idle1 = machine_cpu_seconds()
+        broker = cpu_seconds(self.broker_pid) - broker0
+        clients = self._clients() - clients0
+        ours = broker + clients + (cpu_seconds() - self0)
+        total, idle = total1 - total0, idle1 - idle0
+        self.cost = PhaseCost(
+            seconds=seconds,
+            broker_cpu_s=broker,
+            producers_cpu_s=clients,
+            idle_fraction=idle / total if total > 0 else 0.0,
+            others_fraction=max(0.0, total - idle - ours) / total if total > 0 else 0.0,
         )
-        for k in range(producers)
-    ]
-    for process in processes:
-        process.start()
-
-    def failed() -> list[str]:
-        return [f"producer {k}: exit code {p.exitcode}" for k, p in enumerate(processes) if p.exitcode]
-
-    try:
-        barrier.wait(BARRIER_TIMEOUT_S)
-    except threading.BrokenBarrierError:
-        for process in processes:
-            process.kill()
-            process.join()
-        raise RuntimeError(f"concurrent producers did not all start: {failed() or 'timed out'}") from None
-
-    def wait() -> None:
-        for process in processes:
-            process.join()
-        if failed():
-            raise RuntimeError(f"concurrent {mode} produce to {bootstrap}: {', '.join(failed())}")
-
-    return wait
 
 
-def prepare_consume(bootstrap: str, topic: str, records: int, isolation: str) -> Callable[[], None]:
+class Samples:
+    """Per phase key, one entry per round: records/s, broker and client CPU s/GB, the machine's idle
+    and others' shares; commit latencies and transaction lengths."""
+
+    def __init__(self) -> None:
+        self.rate: dict[str, list[float]] = {}
+        self.broker_cpu: dict[str, list[float]] = {}
+        self.client_cpu: dict[str, list[float]] = {}
+        self.idle: dict[str, list[float]] = {}
+        self.others: dict[str, list[float]] = {}
+        self.commit_s: dict[str, list[float]] = {}
+        self.txn_ms: dict[str, list[float]] = {}
+        # Per transactional phase key: (its records/s, CPU s/GB) beside those of the idempotent phase
+        # run right before or after it.
+        self.pairs: dict[str, list[tuple[tuple[float, float], tuple[float, float]]]] = {}
+
+    def last(self, key: str) -> tuple[float, float]:
+        """The records/s and the (broker + producers) CPU s/GB of ``key``'s latest phase."""
+        return self.rate[key][-1], self.broker_cpu[key][-1] + self.client_cpu[key][-1]
+
+    def add(self, key: str, records: int, cost: PhaseCost, commits: list[float], producers: int) -> None:
+        gigabytes = records * RECORD_BYTES / 1e9
+        self.rate.setdefault(key, []).append(records / cost.seconds)
+        self.broker_cpu.setdefault(key, []).append(cost.broker_cpu_s / gigabytes)
+        self.client_cpu.setdefault(key, []).append(cost.producers_cpu_s / gigabytes)
+        self.idle.setdefault(key, []).append(cost.idle_fraction)
+        self.others.setdefault(key, []).append(cost.others_fraction)
+        if commits:
+            self.commit_s.setdefault(key, []).extend(commits)
+            self.txn_ms.setdefault(key, []).append(cost.seconds * producers / len(commits) * 1e3)
+
+
+def run_phase(samples: Samples, name: str, broker, pool: ProducerPool, producers: int, mode, seconds: float):
+    """One phase on a fresh topic; returns the topic if it is the one read back, else deletes it."""
+    mode_name, mode_kind, interval_ms, per_txn = mode
+    key = phase_key(name, producers, mode_name)
+    topic = create_topic(broker.bootstrap, producers)
+    phase = Phase(topic, mode_kind, seconds, interval_ms, per_txn)
+    meter = PhaseMeter(broker.pid, pool.pids[:producers])
+    results = pool.run(phase, producers, on_start=meter.start, on_end=meter.stop)
+    cost = meter.cost
+    records = sum(r.records for r in results)
+    commits = [c for r in results for c in r.commit_seconds]
+    samples.add(key, records, cost, commits, producers)
+    progress(
+        f"  {key:48s} {records / cost.seconds:>9,.0f} rec/s  cpu-s broker {cost.broker_cpu_s:4.2f}"
+        f" producers {cost.producers_cpu_s:4.2f}  ({cost.seconds:.2f} s, {len(commits)} commits,"
+        f" machine {cost.idle_fraction:.0%} idle, others {cost.others_fraction:.0%})"
+    )
+    if key == CONSUMED_PHASE:
+        return topic, records
+    delete_topic(broker.bootstrap, topic)
+    return None
+
+
+def prepare_consume(bootstrap: str, topic: str, records: int, isolation: str):
     """A consumer connected to the broker (bootstrap and metadata done), and the timed job that reads
-    ``records`` from partition 0 of ``topic`` with it: the phase lasts ~0.4 s, and the consumer's
-    set-up, the same for both isolation levels, would otherwise be a noisy share of it."""
+    ``records`` from partition 0 of ``topic``: its set-up, the same for both isolation levels, would
+    otherwise be a noisy share of a short phase."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -264,9 +223,7 @@ def prepare_consume(bootstrap: str, topic: str, records: int, isolation: str) ->
                 if not batch:
                     empty += 1
                     if empty > 30:
-                        raise RuntimeError(
-                            f"consume ({isolation}) from {bootstrap}: stuck at {seen} of {records}"
-                        )
+                        raise RuntimeError(f"consume ({isolation}): stuck at {seen} of {records}")
                     continue
                 seen += sum(1 for msg in batch if not msg.error())
         finally:
@@ -275,237 +232,192 @@ def prepare_consume(bootstrap: str, topic: str, records: int, isolation: str) ->
     return job
 
 
-def timed(samples: dict, key: str, broker, records: int, job, prepare=None) -> None:
-    """Run ``job`` and record its rate; ``broker`` None (the mock cluster, inside this process)
-    records no broker CPU. ``prepare``, if given, runs unmeasured first and returns the job."""
-    if prepare is not None:
-        job = prepare()
-    with measure(broker.pid if broker is not None else os.getpid()) as m:
-        job()
-    r = m.result
-    samples.setdefault(key, {"rate": [], "cpu": [], "idle": []})
-    samples[key]["rate"].append(records / r.seconds)
-    samples[key]["idle"].append(r.machine_idle_fraction)
-    if broker is not None:
-        samples[key]["cpu"].append(r.broker_cpu_s / (records * RECORD_BYTES / 1e9))
-    progress(
-        f"  {key:40s} {records / r.seconds:>10,.0f} rec/s"
-        + (f"  broker {r.broker_cpu_s:6.2f} cpu-s" if broker is not None else "")
-        + f"  ({r.seconds:.2f} s, machine {r.machine_idle_fraction:.0%} idle)"
-    )
+def run_consumes(samples: Samples, broker, topic: str, records: int, round_no: int, repeats: int) -> None:
+    levels = ["read_uncommitted", "read_committed"]
+    for repeat in range(repeats):  # each pair in ABBA order; every pair is one paired ratio
+        for isolation in levels if (round_no + repeat) % 2 else reversed(levels):
+            job = prepare_consume(broker.bootstrap, topic, records, isolation)
+            meter = PhaseMeter(broker.pid, [])  # the consumer runs in this process
+            meter.start()
+            job()
+            meter.stop()
+            samples.add(f"onceflow.consume_{isolation}", records, meter.cost, [], 1)
+            progress(f"  onceflow.consume_{isolation:40s} {records / meter.cost.seconds:>9,.0f} rec/s")
+    delete_topic(broker.bootstrap, topic)
 
 
-def run_round(
-    brokers: dict, records: int, payload: bytes, samples: dict, round_no: int, producers: int
-) -> None:
-    """One round; the contenders' order flips every round (ABBA), so that a machine getting busier
-    or quieter during the run does not favour whoever always goes first."""
-    onceflow = brokers["onceflow"]
-    b = onceflow.bootstrap
-    commits = samples.setdefault("commit_s", {})
-    txn_topic = create_topic(b)
+IDEMPOTENT = MODES[0]
 
-    def single(key: str, broker, mode: str, topic: str | None = None, commits_of: str | None = None) -> None:
-        """One warmed-up producer on partition 0 of ``topic`` (a fresh one, deleted after, if None)."""
-        bootstrap = broker.bootstrap if broker is not None else MOCK
-        fresh = topic is None
-        topic = create_topic(bootstrap) if fresh else topic
-        send_args = {"commit_seconds": commits.setdefault(commits_of, [])} if commits_of else {}
-        timed(
-            samples,
-            key,
-            broker,
-            records,
-            None,
-            prepare=lambda: prepare_produce(mode, bootstrap, topic, records, payload, **send_args),
-        )
-        if fresh and bootstrap is not MOCK:
-            delete_topic(bootstrap, topic)
 
-    def idempotent() -> None:
-        single("onceflow.produce_idempotent", onceflow, "idempotent")
-
-    def transactional() -> None:
-        # Into the topic the consumers read back below.
-        single("onceflow.produce_transactional", onceflow, "transactional", txn_topic, "onceflow")
-
-    def concurrent(mode: str, broker=onceflow, name: str = "onceflow") -> None:
-        bootstrap = broker.bootstrap if broker is not None else MOCK
-        topic = create_topic(bootstrap, producers)
-        many = records * CONCURRENT_RECORDS_FACTOR
-        timed(
-            samples,
-            f"{name}.produce_{mode}.{producers}_producers",
-            broker,
-            many,
-            None,
-            prepare=lambda: start_producer_processes(bootstrap, topic, many, payload, producers, mode),
-        )
-        if bootstrap is not MOCK:
-            delete_topic(bootstrap, topic)
-
-    def concurrent_idempotent() -> None:
-        concurrent("idempotent")
-
-    def concurrent_transactional() -> None:
-        concurrent("transactional")
-
-    def mock_concurrent() -> None:
-        # The client's own reference for the concurrent ratio: the same processes, each with a broker
-        # that costs nothing (its mock runs on the producers' share of the machine instead).
-        for mode in ("idempotent", "transactional") if round_no % 2 else ("transactional", "idempotent"):
-            concurrent(mode, None, "mock")
-
-    def tansu_transactional() -> None:
-        if "tansu" in brokers:
-            single("tansu.produce_transactional", brokers["tansu"], "transactional", commits_of="tansu")
-
-    def tansu_concurrent() -> None:
-        # Another broker's reference for the concurrent phases (native, multi-threaded): how idle
-        # the machine sits while the producers wait on their commits is the client's doing, not ours.
-        if "tansu" in brokers:
-            for mode in ("idempotent", "transactional") if round_no % 2 else ("transactional", "idempotent"):
-                concurrent(mode, brokers["tansu"], "tansu")
-
-    def mock_idempotent() -> None:
-        single("mock.produce_idempotent", None, "idempotent")
-
-    def mock_transactional() -> None:
-        single("mock.produce_transactional", None, "transactional", commits_of="mock")
-
+def run_round(brokers: dict, pools: dict, samples: Samples, round_no: int, args) -> None:
+    """Each transactional mode of each (producer count, broker) once, paired with an idempotent phase
+    run just before or after it (alternately), so that every ratio compares two neighbouring phases;
+    the whole order reverses every round."""
     order = [
-        idempotent,
-        transactional,
-        concurrent_idempotent,
-        concurrent_transactional,
-        tansu_transactional,
-        tansu_concurrent,
-        mock_idempotent,
-        mock_transactional,
-        mock_concurrent,
+        (producers, name, mode) for producers in args.producers for name in brokers for mode in MODES[1:]
     ]
-    for job in order if round_no % 2 else reversed(order):
-        job()
-    consumes = [("read_uncommitted", "onceflow.consume_read_uncommitted")]
-    consumes.append(("read_committed", "onceflow.consume_read_committed"))
-    for repeat in range(CONSUME_REPEATS):  # each pair in ABBA order; every pair is one paired ratio
-        for isolation, key in consumes if (round_no + repeat) % 2 else reversed(consumes):
-            timed(
-                samples,
-                key,
-                onceflow,
-                records,
-                None,
-                prepare=lambda iso=isolation: prepare_consume(b, txn_topic, records, iso),
-            )
-    delete_topic(b, txn_topic)
+    consumed = None
+    for i, (producers, name, mode) in enumerate(order if round_no % 2 else reversed(order)):
+        pair = (IDEMPOTENT, mode) if (round_no + i) % 2 else (mode, IDEMPOTENT)
+        for phase_mode in pair:
+            kept = run_phase(samples, name, brokers[name], pools[name], producers, phase_mode, args.seconds)
+            consumed = consumed or kept
+        key = phase_key(name, producers, mode[0])
+        partner = samples.last(phase_key(name, producers, IDEMPOTENT[0]))
+        samples.pairs.setdefault(key, []).append((samples.last(key), partner))
+    if consumed is not None:  # onceflow ran with 1 producer
+        run_consumes(samples, brokers["onceflow"], *consumed, round_no, args.consume_repeats)
 
 
-def _paired(samples: dict, numerator: str, denominator: str) -> float:
-    """Median over rounds of the ratio within each round (robust to a machine whose load drifts)."""
-    pairs = zip(samples[numerator]["rate"], samples[denominator]["rate"], strict=False)
+def _paired(samples: Samples, numerator: str, denominator: str) -> float:
+    """Median over rounds of the ratio within each round (the consume phases: adjacent pairs)."""
+    pairs = zip(samples.rate[numerator], samples.rate[denominator], strict=False)
     return round(median([a / b for a, b in pairs]), 3)
 
 
-def summarize(samples: dict, records: int, rounds: int, quick: bool, producers: int) -> dict:
-    commit_s = samples.pop("commit_s", {})
-    results = {key: round(median(s["rate"])) for key, s in samples.items()}
-    cpu = {key: round(median(s["cpu"]), 2) for key, s in samples.items() if s["cpu"]}
-    commit_ms = {
-        broker: {
-            "median": round(median(times) * 1e3, 2),
-            "p90": round(sorted(times)[int(len(times) * 0.9)] * 1e3, 2),
-        }
-        for broker, times in commit_s.items()
-        if times
-    }
-    many = f"{producers}_producers"
-    pairs = {
-        f"onceflow transactional/idempotent, {producers} producers": (
-            f"onceflow.produce_transactional.{many}",
-            f"onceflow.produce_idempotent.{many}",
-        ),
-        "onceflow transactional/idempotent, 1 producer": (
-            "onceflow.produce_transactional",
-            "onceflow.produce_idempotent",
-        ),
-        "mock transactional/idempotent, 1 producer": (
-            "mock.produce_transactional",
-            "mock.produce_idempotent",
-        ),
-        f"mock transactional/idempotent, {producers} producers": (
-            f"mock.produce_transactional.{many}",
-            f"mock.produce_idempotent.{many}",
-        ),
-        f"tansu transactional/idempotent, {producers} producers": (
-            f"tansu.produce_transactional.{many}",
-            f"tansu.produce_idempotent.{many}",
-        ),
-        "onceflow read_committed/read_uncommitted": (
-            "onceflow.consume_read_committed",
-            "onceflow.consume_read_uncommitted",
-        ),
-        "transactional produce onceflow/tansu": (
-            "onceflow.produce_transactional",
-            "tansu.produce_transactional",
-        ),
-    }
-    pairs = {name: pair for name, pair in pairs.items() if pair[0] in results and pair[1] in results}
-    ratios = {name: round(results[a] / results[b], 3) for name, (a, b) in pairs.items()}
-    paired = {name: _paired(samples, a, b) for name, (a, b) in pairs.items()}
+def _paired_with_idempotent(samples: Samples, key: str) -> tuple[float, float]:
+    """Medians over ``key``'s pairs of transactional/idempotent records/s, and of transactional/
+    idempotent CPU per GB (broker + producers)."""
+    pairs = samples.pairs[key]
+    rate = median([txn[0] / idem[0] for txn, idem in pairs])
+    cpu = median([txn[1] / idem[1] for txn, idem in pairs])
+    return round(rate, 3), round(cpu, 3)
+
+
+def summarize(samples: Samples, brokers: dict, args) -> dict:
+    results = {key: round(median(rates)) for key, rates in samples.rate.items()}
+    ratios, paired, cpu_ratios = {}, {}, {}
+    for producers in args.producers:
+        for name in brokers:
+            idempotent = phase_key(name, producers, "idempotent")
+            for mode_name, *_ in MODES[1:]:
+                key = phase_key(name, producers, mode_name)
+                if key in samples.pairs:
+                    ratio_name = f"{key}/idempotent"
+                    ratios[ratio_name] = round(results[key] / results[idempotent], 3)
+                    paired[ratio_name], cpu_ratios[ratio_name] = _paired_with_idempotent(samples, key)
+    read = ("onceflow.consume_read_committed", "onceflow.consume_read_uncommitted")
+    if all(k in results for k in read):
+        ratios["onceflow.read_committed/read_uncommitted"] = round(results[read[0]] / results[read[1]], 3)
+        paired["onceflow.read_committed/read_uncommitted"] = _paired(samples, *read)
     return {
         "bench": "transactions",
         "unit": "records/s",
         "results": results,
         "ratios": ratios,
         "ratios_paired_by_round": paired,
-        "cpu_s_per_gb": cpu,
-        # The share of the machine's CPU time nobody used during the phase: where transactional produce
-        # loses what it does not lose to CPU (every producer waiting on its commit at once).
-        "machine_idle_fraction": {key: round(median(s["idle"]), 3) for key, s in samples.items()},
-        "commit_transaction_ms": commit_ms,
-        "load_average_1m": round(os.getloadavg()[0], 2),
+        "targets": targets(paired, args.producers),
+        "cpu_s_per_gb": {key: round(median(v), 2) for key, v in samples.broker_cpu.items()},
+        # The producers' own CPU per GB (confluent-kafka processes; for the consume phases, the consumer).
+        "client_cpu_s_per_gb": {key: round(median(v), 2) for key, v in samples.client_cpu.items()},
+        # What a GB costs the broker and its producers together, transactional over idempotent (the
+        # median over the pairs): the overhead in CPU, which a shared machine disturbs far less than
+        # it disturbs throughput. Above 1: transactions cost more per GB.
+        "cpu_per_gb_ratios_paired_by_round": cpu_ratios,
+        "machine_idle_fraction": {key: round(median(v), 3) for key, v in samples.idle.items()},
+        # The share of the machine's CPU that other processes took during the phases (median over the
+        # run, and the busiest phase): other work on a shared machine, which moves every figure above.
+        "others_cpu_fraction": {
+            "median": round(median([x for v in samples.others.values() for x in v]), 3),
+            "max": round(max(x for v in samples.others.values() for x in v), 3),
+        },
+        "commit_transaction_ms": {
+            key: {
+                "median": round(median(v) * 1e3, 2),
+                "p90": round(sorted(v)[int(len(v) * 0.9)] * 1e3, 2),
+            }
+            for key, v in samples.commit_s.items()
+        },
+        "transaction_ms_as_run": {key: round(median(v), 1) for key, v in samples.txn_ms.items()},
+        "load_average_1m": {"start": args.load_at_start, "end": round(os.getloadavg()[0], 2)},
         "params": {
-            "records": records,
-            "records_concurrent": records * CONCURRENT_RECORDS_FACTOR,
+            "seconds_per_phase": args.seconds,
+            "rounds": args.rounds,
+            "quick": args.quick,
+            "producers": list(args.producers),
+            "commit_intervals_ms": list(COMMIT_INTERVALS_MS),
+            "reference_records_per_txn": REFERENCE_RECORDS_PER_TXN,
             "record_bytes": RECORD_BYTES,
-            "records_per_txn": RECORDS_PER_TXN,
-            "rounds": rounds,
-            "quick": quick,
-            "concurrent_producers": producers,
+            "producer_queue_kbytes": args.queue_kbytes,
+            "linger_ms": PRODUCER_CONF["linger.ms"],
+            "batch_size": PRODUCER_CONF["batch.size"],
+            "consume_repeats": args.consume_repeats,
             "onceflow_storage": "disk (temp dir)",
             "tansu_storage": "memory",
-            "mock_storage": "memory, in the producer's process",
             "cpus": os.cpu_count(),
         },
     }
+
+
+def targets(paired: dict, producer_counts) -> dict:
+    """Each target by name: its figure(s) and whether it is met (paired ratios)."""
+    out = {}
+    for producers in producer_counts:
+        key = f"{phase_key('onceflow', producers, 'transactional_100ms')}/idempotent"
+        if key in paired:
+            out[f"{key} >= {TARGET_100MS_RATIO}"] = {
+                "value": paired[key],
+                "met": paired[key] >= TARGET_100MS_RATIO,
+            }
+        for ms in COMMIT_INTERVALS_MS:
+            ours = f"{phase_key('onceflow', producers, f'transactional_{ms}ms')}/idempotent"
+            theirs = f"{phase_key('tansu', producers, f'transactional_{ms}ms')}/idempotent"
+            if ours in paired and theirs in paired:
+                out[f"{ours} >= tansu's"] = {
+                    "value": paired[ours],
+                    "tansu": paired[theirs],
+                    "met": paired[ours] >= paired[theirs],
+                }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="smaller run, under 60 s")
-    parser.add_argument("--records", type=int, help="records per contender per round")
+    parser.add_argument("--quick", action="store_true", help="a short run, under 60 s")
+    parser.add_argument("--seconds", type=float, help="seconds per phase")
     parser.add_argument("--rounds", type=int, help="rounds")
-    parser.add_argument("--producers", type=int, default=4, help="producers in the concurrent runs")
+    parser.add_argument(
+        "--queue-kbytes", type=int, default=QUEUE_KBYTES, help="each producer's queue.buffering.max.kbytes"
+    )
+    parser.add_argument("--brokers", default="onceflow,tansu", help="which brokers run the phases")
+    parser.add_argument("--producers", default=",".join(map(str, PRODUCER_COUNTS)), help="e.g. 1,4")
     args = parser.parse_args(argv)
     preset = QUICK if args.quick else FULL
-    records = args.records or preset["records"]
-    rounds = args.rounds or preset["rounds"]
+    args.seconds = args.seconds or preset["seconds"]
+    args.rounds = args.rounds or preset["rounds"]
+    args.consume_repeats = preset["consume_repeats"]
+    args.producers = tuple(int(p) for p in args.producers.split(","))
+    args.load_at_start = round(os.getloadavg()[0], 2)
     payload = (os.urandom(RECORD_BYTES // 2).hex().encode())[:RECORD_BYTES]
-    brokers, tmp = start_brokers()
+    started = time.perf_counter()
+    started_brokers, tmp = start_brokers()
+    brokers = {name: b for name, b in started_brokers.items() if name in args.brokers.split(",")}
+    pools: dict[str, ProducerPool] = {}
     try:
-        samples: dict = {}
-        for round_no in range(1, rounds + 1):
-            progress(f"round {round_no}/{rounds}: {records:,} records of {RECORD_BYTES} bytes")
-            run_round(brokers, records, payload, samples, round_no, args.producers)
-        result = summarize(samples, records, rounds, args.quick, args.producers)
+        for name, broker in brokers.items():
+            warm_topic = create_topic(broker.bootstrap, max(args.producers))
+            pools[name] = ProducerPool(
+                broker.bootstrap, max(args.producers), warm_topic, payload, args.queue_kbytes
+            )
+        progress(f"producers ready after {time.perf_counter() - started:.1f} s")
+        samples = Samples()
+        for round_no in range(1, args.rounds + 1):
+            progress(
+                f"round {round_no}/{args.rounds}: phases of {args.seconds} s, records of {RECORD_BYTES} bytes"
+            )
+            run_round(brokers, pools, samples, round_no, args)
+        result = summarize(samples, brokers, args)
     finally:
-        for broker in brokers.values():
+        for pool in pools.values():
+            pool.close()
+        _admins.clear()  # before the brokers go: an admin client left open retries its connection
+        for broker in started_brokers.values():
             broker.stop()
         kill_all()
         tmp.cleanup()
+    progress(f"done in {time.perf_counter() - started:.0f} s")
     emit(result)
     return 0
 

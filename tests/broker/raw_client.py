@@ -98,20 +98,27 @@ def build_batch(values: list[bytes], *, timestamp_ms: int | None = None, key: by
 
 
 class running_broker:  # noqa: N801 - used as ``async with running_broker(tmp_path) as broker``
-    """An in-process Broker on a free loopback port, stopped on exit."""
+    """An in-process single node (broker and its own controller) on a free loopback port, stopped on
+    exit; entering gives its ``Broker``."""
 
-    def __init__(self, data_dir, *, log_opener=None, **config: Any) -> None:
+    def __init__(self, data_dir, *, log_opener=None, single_node_files: bool = False, **config: Any) -> None:
+        """``single_node_files``: run on the in-memory quorum that keeps topics.json, as the
+        single-node onceflow before the metadata log did (to make the data dirs it left)."""
         from onceflow.broker.config import BrokerConfig
 
         self.config = BrokerConfig(port=0, data_dir=data_dir, **config)
         self.log_opener = log_opener
+        self.single_node_files = single_node_files
 
     async def __aenter__(self):
-        from onceflow.broker.server import Broker
+        from onceflow.server.node import single_node
+        from onceflow.server.quorum import LocalQuorum
 
-        self.broker = Broker(self.config, log_opener=self.log_opener)
-        await self.broker.start()
+        factory = (lambda node, _cluster_id: LocalQuorum(node.node_id)) if self.single_node_files else None
+        self.node = single_node(self.config, log_opener=self.log_opener, quorum_factory=factory)
+        await self.node.start()
+        self.broker = self.node.broker
         return self.broker
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.broker.stop()
+        await self.node.stop()

@@ -47,6 +47,15 @@ class ThreadedBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def call(self, fn):
+        """Run ``fn()`` on the broker's event loop thread and return its result (the broker's objects
+        belong to that thread)."""
+
+        async def run():
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(30)
+
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):

@@ -67,7 +67,7 @@ def test_committed_offsets_outlive_retention_ms(tmp_path):
 
 def test_data_dirs_of_older_versions_get_compacted_internal_topics(tmp_path):
     async def scenario():
-        async with running_broker(tmp_path) as broker:
+        async with running_broker(tmp_path, single_node_files=True) as broker:
             broker.topics.create_topic("t", 1)
             await asyncio.to_thread(_commit, broker.port, "g", 7)
         path = tmp_path / "topics.json"
@@ -81,7 +81,8 @@ def test_data_dirs_of_older_versions_get_compacted_internal_topics(tmp_path):
             assert topic.configs == INTERNAL_TOPIC_CONFIGS
             assert all(p.log.config.compact and not p.log.config.delete for p in topic.partitions)
             assert await asyncio.to_thread(_committed, restarted.port, "g") == 7
-        assert json.loads(path.read_text()) != doc  # persisted
+        async with running_broker(tmp_path) as again:  # kept
+            assert again.topics.get("__consumer_offsets").configs == INTERNAL_TOPIC_CONFIGS
 
     asyncio.run(scenario())
 

@@ -18,7 +18,7 @@ from .raw_client import running_broker
 
 def make_data_dir(tmp_path) -> None:
     async def scenario():
-        async with running_broker(tmp_path) as broker:
+        async with running_broker(tmp_path, single_node_files=True) as broker:
             broker.topics.create_topic("orders", 2)
 
     asyncio.run(scenario())

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.data_dir_lock import DataDirInUse, lock_data_dir
-from onceflow.broker.server import Broker
 from onceflow.cli.main import cli
+from onceflow.server.node import single_node
 
 from .raw_client import running_broker
 
@@ -55,7 +55,7 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
 def test_second_broker_on_a_data_dir_is_refused_and_the_first_keeps_serving(tmp_path):
     async def scenario():
         async with running_broker(tmp_path) as first:
-            second = Broker(BrokerConfig(port=0, data_dir=tmp_path))
+            second = single_node(BrokerConfig(port=0, data_dir=tmp_path))
             with pytest.raises(DataDirInUse):
                 await second.start()
             assert first.topics.create_topic("still-mine", 1).name == "still-mine"

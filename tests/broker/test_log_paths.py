@@ -102,8 +102,8 @@ def test_run_serves_until_sigterm_then_exits_cleanly(tmp_path):
     code = (
         "import logging, sys; from pathlib import Path;"
         "logging.basicConfig(level=logging.INFO, stream=sys.stderr);"
-        "from onceflow.broker.config import BrokerConfig; from onceflow.broker.server import run;"
-        f"run(BrokerConfig(port=0, data_dir=Path({str(tmp_path)!r})))"
+        "from onceflow.broker.config import BrokerConfig; from onceflow.server.node import run;"
+        f"run(None, BrokerConfig(port=0, data_dir=Path({str(tmp_path)!r})))"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     try:

@@ -1,6 +1,9 @@
 """CLI argument handling, error messages and dump-log, through click's CliRunner (no broker)."""
 
+import os
 import socket
+import sys
+import uuid
 
 import click
 import pytest
@@ -219,11 +222,34 @@ def test_pipeline_run_checks_app_and_options_before_anything_starts(runner):
     result = runner.invoke(cli, [*PIPELINE_RUN, *APP, "--source-option", "failOnDataLoss", *port])
     assert result.exit_code == 2
     assert "'failOnDataLoss' is not KEY=VALUE" in result.output
+    # Options the source or the sink would refuse are named before Spark starts.
+    result = runner.invoke(cli, [*PIPELINE_RUN, *APP, "--sink-option", "kafka.lingr.ms=20", *port])
+    assert result.exit_code == 2
+    assert "did you mean kafka.linger.ms?" in result.output
+    result = runner.invoke(cli, [*PIPELINE_RUN, *APP, "--source-option", "startingOfsets=earliest", *port])
+    assert result.exit_code == 2
+    assert "did you mean startingOffsets?" in result.output
     # Well-formed options get as far as the broker check (none listens here).
     options = ["--source-option", "failOnDataLoss=false", "--sink-option", "kafka.linger.ms=20"]
     result = runner.invoke(cli, [*PIPELINE_RUN, *APP, *options, *port])
     assert result.exit_code == 1
     assert "is `onceflow serve` running?" in result.output
+
+
+def test_pipeline_run_imports_the_app_from_the_current_directory(runner, tmp_path, monkeypatch):
+    """As ``python -m`` would: the ``onceflow`` console script puts its own directory on sys.path, not
+    the current one, so an app module next to the user could not be imported (exit 2, "cannot import")."""
+    module = f"myapp_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text("def transform(df):\n    return df\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.setenv("PYTHONPATH", "")
+    port = ["--bootstrap", f"127.0.0.1:{unused_port()}"]
+    result = runner.invoke(cli, [*PIPELINE_RUN, "--app", f"{module}:transform", *port])
+    assert result.exit_code == 1, result.output  # past the app, at the broker check
+    assert "is `onceflow serve` running?" in result.output
+    assert os.environ["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path)  # Spark's workers import it too
+    sys.modules.pop(module, None)
 
 
 def test_spark_failure_cause_is_the_innermost_python_error():

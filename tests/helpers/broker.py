@@ -114,6 +114,17 @@ class _ManagedProcess:
         return self._popen is not None and self._popen.poll() is None
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> _ManagedProcess:
+        self.start_nowait()
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Wait until the process says it is ready (it is killed if it does not in time)."""
+        self._wait_ready(timeout)
+        log.info("%s ready on %s (pid %d)", self.name, self.bootstrap, self.pid)
+
+    def start_nowait(self) -> None:
+        """Launch the process without waiting for it to be ready (several that need each other)."""
         if self.running:
             raise RuntimeError(f"{self.name} already running (pid {self.pid})")
         self._starts += 1
@@ -136,9 +147,6 @@ class _ManagedProcess:
             start_new_session=True,  # own process group: kill9 reaches its children too
         )
         _live.add(self)
-        self._wait_ready(timeout)
-        log.info("%s ready on %s (pid %d)", self.name, self.bootstrap, self.pid)
-        return self
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM, wait up to ``timeout``, then SIGKILL. Returns the exit code."""

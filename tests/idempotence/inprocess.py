@@ -8,12 +8,12 @@ import threading
 from pathlib import Path
 
 from onceflow.broker.config import BrokerConfig
-from onceflow.broker.server import Broker
+from onceflow.server.node import single_node
 
 
 class ThreadedBroker:
     def __init__(self, data_dir: Path) -> None:
-        self.broker = Broker(BrokerConfig(port=0, data_dir=data_dir))
+        self.broker = single_node(BrokerConfig(port=0, data_dir=data_dir))
         self._loop = asyncio.new_event_loop()
         self._stopped = asyncio.Event()
         self._started = threading.Event()

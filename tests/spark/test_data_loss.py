@@ -86,3 +86,60 @@ def test_the_source_option_reaches_the_reader(broker, trimmed_topic, option, exp
             list(rows)
     else:
         assert _offsets(rows) == expected
+
+
+def test_planned_records_that_never_come_fail_after_the_poll_timeout(broker, trimmed_topic):
+    """kafkaConsumer.pollTimeoutMs: offsets 10..14 are planned but the log ends at 10."""
+    with BlockingCluster(broker.bootstrap) as cluster, pytest.raises(KafkaError) as waited:
+        list(
+            read_range(cluster, OffsetRange(trimmed_topic, 0, 8, 15), isolation_level=1, poll_timeout_ms=300)
+        )
+    assert "returned nothing there for 300 ms" in str(waited.value)
+    assert "kafkaConsumer.pollTimeoutMs" in str(waited.value)
+
+
+def stream_reader(broker, topic: str, **options: str):
+    pytest.importorskip("pyspark")
+    from onceflow.spark.source import OnceflowStreamReader
+
+    settings = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic, **options}
+    settings.update({"fetchOffset.numRetries": "1", "fetchOffset.retryIntervalMs": "10"})
+    return OnceflowStreamReader(parse_source_options(settings, streaming=True))
+
+
+def test_a_partition_that_is_gone_is_data_loss(broker, trimmed_topic):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    start = {trimmed_topic: {"0": 10, "7": 3}}  # partition 7 is no more
+    reader = stream_reader(broker, trimmed_topic)
+    try:
+        with pytest.raises(DataLoss, match=f"partitions {trimmed_topic}-7 are gone.*failOnDataLoss"):
+            reader.latestOffset(start, ReadAllAvailable())
+    finally:
+        reader.stop()
+    lenient = stream_reader(broker, trimmed_topic, failOnDataLoss="false")
+    try:
+        assert lenient.latestOffset(start, ReadAllAvailable()) == {trimmed_topic: {"0": 10}}
+    finally:
+        lenient.stop()
+
+
+def test_a_new_partition_that_does_not_start_at_0_is_data_loss(broker, trimmed_topic):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    with AdminClient(broker.bootstrap) as admin:
+        admin.create_partitions(trimmed_topic, 2)
+        producer = ck.Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(4):
+            producer.produce(trimmed_topic, b"n%d" % i, partition=1)
+        producer.flush(30)
+        admin.delete_records({TopicPartition(trimmed_topic, 1): 2})
+    start = {trimmed_topic: {"0": 10}}
+    reader = stream_reader(broker, trimmed_topic)
+    try:
+        with pytest.raises(
+            DataLoss, match=f"new partitions do not start at offset 0: {trimmed_topic}-1 starts at 2"
+        ):
+            reader.latestOffset(start, ReadAllAvailable())
+    finally:
+        reader.stop()

@@ -1,13 +1,17 @@
 """The sink task's exactly-once protocol against an in-memory model of Kafka transactions.
 
 The model keeps what the protocol relies on: ``init`` bumps the epoch of a transactional id (fencing
-older writers and dropping their open transaction), records and the marker become visible together
-at commit, and a fenced writer's commit fails.
+older writers and dropping their open transaction), records and the markers (one per topic written)
+become visible together at commit, and a fenced writer's commit fails.
 """
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from onceflow.spark.exactly_once import (
     OutputRecord,
@@ -30,7 +34,7 @@ class ModelCluster:
     def __init__(self) -> None:
         self.committed: list[OutputRecord] = []  # what read_committed consumers see
         self.epochs: dict[str, int] = {}
-        self.markers: dict[str, str] = {}
+        self.markers: dict[tuple[str, str], str] = {}  # (transactional id, topic) -> marker
 
 
 class ModelWriter:
@@ -40,7 +44,7 @@ class ModelWriter:
         self.crash_after = crash_after
         self.epoch = -1
         self.pending: list[OutputRecord] = []
-        self.pending_marker: str | None = None
+        self.pending_markers: dict[str, str] = {}
         self.aborted = 0
 
     def _check_epoch(self) -> None:
@@ -51,12 +55,12 @@ class ModelWriter:
         self.epoch = self.cluster.epochs.get(self.tid, -1) + 1
         self.cluster.epochs[self.tid] = self.epoch
 
-    def fetch_marker(self) -> int | None:
-        return decode_marker(self.cluster.markers.get(self.tid))
+    def fetch_marker(self, topic: str) -> int | None:
+        return decode_marker(self.cluster.markers.get((self.tid, topic)))
 
     def begin(self) -> None:
         self._check_epoch()
-        self.pending, self.pending_marker = [], None
+        self.pending, self.pending_markers = [], {}
 
     def send(self, record: OutputRecord) -> None:
         self._check_epoch()
@@ -64,14 +68,14 @@ class ModelWriter:
             raise Crash("task died mid-batch")
         self.pending.append(record)
 
-    def send_offsets(self, batch_id: int) -> None:
-        self.pending_marker = encode_marker(batch_id)
+    def send_offsets(self, batch_id: int, topics) -> None:
+        self.pending_markers = {topic: encode_marker(batch_id) for topic in topics}
 
     def commit(self) -> None:
         self._check_epoch()
         self.cluster.committed.extend(self.pending)
-        if self.pending_marker is not None:
-            self.cluster.markers[self.tid] = self.pending_marker
+        for topic, marker in self.pending_markers.items():
+            self.cluster.markers[(self.tid, topic)] = marker
         self.pending = []
 
     def abort(self) -> None:
@@ -146,13 +150,58 @@ def test_tasks_of_one_batch_have_independent_markers():
 
 
 def test_a_task_with_no_rows_commits_no_marker_and_later_batches_still_write_once():
-    """The marker is an offset commit naming the output topic, which may not exist before a record
-    creates it (a pipeline's first batches can be empty): an empty task commits no marker."""
+    """An empty task has no topic to put a marker on, and its replay writes nothing either."""
     cluster = ModelCluster()
     writer = ModelWriter(cluster, TID)
     assert write_exactly_once(writer, 0, []) == (0, False)
-    assert writer.pending_marker is None and cluster.markers == {}
+    assert writer.pending_markers == {} and cluster.markers == {}
     write_exactly_once(ModelWriter(cluster, TID), 1, batch_records(1))
     write_exactly_once(ModelWriter(cluster, TID), 1, batch_records(1))  # its replay
     assert write_exactly_once(ModelWriter(cluster, TID), 0, []).records == 0  # an empty replay of 0
     assert cluster.committed == batch_records(1)
+
+
+def routed(batch: int, topics: tuple[str, ...], n: int = 6) -> list[OutputRecord]:
+    """Records of one batch that name their topics (a per-row ``topic`` column)."""
+    return [OutputRecord(topics[i % len(topics)], None, f"b{batch}-{i}".encode()) for i in range(n)]
+
+
+def test_rows_choosing_their_topics_are_written_once_whatever_the_replay_order():
+    """The marker goes on every topic written: the replay finds it on its first record's topic, which
+    is one of them even when a shuffle delivered the rows in another order."""
+    cluster = ModelCluster()
+    batch0 = routed(0, ("a", "b"))
+    write_exactly_once(ModelWriter(cluster, TID), 0, batch0)
+    replay = write_exactly_once(ModelWriter(cluster, TID), 0, list(reversed(batch0)))
+    assert replay.skipped
+    # Batch 1 writes only to "a"; batch 2 starts with "b", whose marker still says batch 0: written.
+    write_exactly_once(ModelWriter(cluster, TID), 1, routed(1, ("a",)))
+    assert write_exactly_once(ModelWriter(cluster, TID), 1, routed(1, ("a",))).skipped
+    assert not write_exactly_once(ModelWriter(cluster, TID), 2, routed(2, ("b", "c"))).skipped
+    assert sorted(cluster.committed) == sorted(batch0 + routed(1, ("a",)) + routed(2, ("b", "c")))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_any_run_of_batches_crashes_and_shuffled_replays_writes_each_batch_once(data):
+    """Batches of one task with random topic sets; each may be cut short by a task crash (retried),
+    and once committed may be replayed any number of times in any row order (driver crashes between
+    the Kafka commit and Spark's commit log). The output holds every batch once."""
+    topics = ("a", "b", "c", "d")
+    cluster = ModelCluster()
+    expected: list[OutputRecord] = []
+    for batch in range(data.draw(st.integers(1, 6))):
+        chosen = tuple(data.draw(st.sets(st.sampled_from(topics), min_size=1)))
+        records = routed(batch, chosen, data.draw(st.integers(1, 8)))
+        crashes = data.draw(st.integers(0, 2))
+        for _ in range(crashes):
+            crash_after = data.draw(st.integers(0, len(records) - 1))
+            with pytest.raises(Crash):
+                write_exactly_once(ModelWriter(cluster, TID, crash_after=crash_after), batch, records)
+        write_exactly_once(ModelWriter(cluster, TID), batch, records)
+        expected += records
+        for _ in range(data.draw(st.integers(0, 2))):
+            shuffled = list(records)
+            random.Random(data.draw(st.integers(0, 1000))).shuffle(shuffled)
+            assert write_exactly_once(ModelWriter(cluster, TID), batch, shuffled).skipped
+    assert sorted(cluster.committed) == sorted(expected)

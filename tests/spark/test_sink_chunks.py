@@ -25,11 +25,22 @@ def test_one_topic_without_partitions_becomes_one_chunk():
     assert chunk == OutputChunk("out", [b"a", None, b"c"], [b"x", b"y", None], [[("h", b"1")], None, None])
 
 
-def test_a_uniform_topic_column_is_a_chunk_a_mixed_one_is_records():
+def test_a_topic_column_is_a_chunk_per_topic_in_row_order():
     uniform = pa.RecordBatch.from_pydict({"value": [b"1", b"2"], "topic": ["t", "t"]})
     assert list(output_items(uniform, None)) == [OutputChunk("t", None, [b"1", b"2"], None)]
-    mixed = pa.RecordBatch.from_pydict({"value": [b"1", b"2"], "topic": ["t", "u"]})
-    assert list(output_items(mixed, None)) == [OutputRecord("t", None, b"1"), OutputRecord("u", None, b"2")]
+    mixed = pa.RecordBatch.from_pydict(
+        {"value": [b"1", b"2", b"3"], "key": [b"a", b"b", b"c"], "topic": ["t", "u", "t"]}
+    )
+    assert list(output_items(mixed, None)) == [
+        OutputChunk("t", [b"a", b"c"], [b"1", b"3"], None),
+        OutputChunk("u", [b"b"], [b"2"], None),
+    ]
+    # The topic option wins over the column; a row with no topic is named.
+    assert list(output_items(mixed, "out")) == [
+        OutputChunk("out", [b"a", b"b", b"c"], [b"1", b"2", b"3"], None)
+    ]
+    with pytest.raises(ValueError, match="row 1 has a null topic"):
+        list(output_items(pa.RecordBatch.from_pydict({"value": [b"1", b"2"], "topic": ["t", None]}), None))
 
 
 def test_a_partition_column_keeps_records():

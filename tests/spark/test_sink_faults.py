@@ -8,6 +8,8 @@ reading input partition P and its content and order are deterministic. The failu
   Spark's commit log has batch 1 (the sink's ``kill-driver-after-commit`` fault point); the query is
   then resumed from its checkpoint, which replays batch 1. The at-least-once sink in the same
   scenario writes batch 1 twice, which shows the scenario does test something;
+- the same kill with rows that name their topic (two output topics, no ``topic`` option), the driver
+  started as the ``onceflow`` console script from the app module's own directory;
 - a task that raises on its first attempt (``local[2,3]`` retries it);
 - a broker killed (kill -9) and restarted while a task of batch 1 has an open transaction.
 
@@ -16,11 +18,13 @@ One broker for the module (restarted by the last test), the session's SparkSessi
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -102,20 +106,26 @@ def reference(spark, broker, input_topic, tmp_path_factory):
     return expected
 
 
-def start_child_driver(config: PipelineConfig, fault: str, log_path: Path) -> subprocess.Popen:
-    """``onceflow pipeline run`` in its own session with a fault point set."""
+def start_child_driver(
+    config: PipelineConfig,
+    fault: str,
+    log_path: Path,
+    *,
+    launcher: list[str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen:
+    """``onceflow pipeline run`` (``launcher``: the command that runs the CLI) in its own session with a
+    fault point set."""
+    output = ["--output", config.output] if config.output is not None else []
     command = [
-        sys.executable,
-        "-m",
-        "onceflow",
+        *(launcher or [sys.executable, "-m", "onceflow"]),
         "pipeline",
         "run",
         "--app",
         config.app,
         "--input",
         config.input,
-        "--output",
-        config.output,
+        *output,
         "--checkpoint",
         config.checkpoint,
         "--bootstrap",
@@ -132,7 +142,7 @@ def start_child_driver(config: PipelineConfig, fault: str, log_path: Path) -> su
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
     with log_path.open("wb") as log_file:
         return subprocess.Popen(
-            command, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            command, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=cwd
         )
 
 
@@ -145,6 +155,7 @@ def wait_child(proc: subprocess.Popen, timeout: float = 240) -> int:
             proc.wait()
 
 
+@pytest.mark.timeout(900)  # two driver starts and two resumes: near the default 300 s on a busy machine
 def test_driver_killed_between_kafka_commit_and_spark_commit_log(
     spark, broker, input_topic, reference, tmp_path
 ):
@@ -176,6 +187,70 @@ def test_driver_killed_between_kafka_commit_and_spark_commit_log(
     at_least_once = by_partition(broker.bootstrap, configs["at-least-once"].output)
     assert sum(len(rows) for rows in at_least_once.values()) > RECORDS
     assert {p: list(dict.fromkeys(rows)) for p, rows in at_least_once.items()} == reference
+
+
+ROUTING_APP = """
+from pyspark.sql import functions as F
+
+
+def route(df):
+    # Even offsets to <input>-even, odd ones to <input>-odd: the rows name their topic.
+    parity = F.when(F.col("offset") % 2 == 0, F.lit("-even")).otherwise(F.lit("-odd"))
+    value = F.upper(F.col("value").cast("string"))
+    return df.select("key", value.alias("value"), F.concat("topic", parity).alias("topic"))
+"""
+
+CONSOLE_SCRIPT = "import sys\nfrom onceflow.cli.main import main\nsys.exit(main())\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_rows_naming_two_topics_are_written_once_through_a_driver_kill(spark, broker, input_topic, tmp_path):
+    """No topic option: each row names one of two output topics. The driver is the ``onceflow`` console
+    script (its own directory first on sys.path, not the current one), run from the directory that
+    holds the app module, and killed between batch 1's Kafka commit and Spark's commit log. After the
+    resume every input record is in its topic exactly once."""
+    app_dir, bin_dir = tmp_path / "app", tmp_path / "bin"
+    app_dir.mkdir()
+    bin_dir.mkdir()
+    (app_dir / "routing_app.py").write_text(ROUTING_APP)
+    (bin_dir / "onceflow").write_text(CONSOLE_SCRIPT)
+    outputs = {suffix: f"{input_topic}-{suffix}" for suffix in ("even", "odd")}
+    with SimpleClient(broker.bootstrap) as client:
+        for topic in outputs.values():
+            client.create_topic(topic, partitions=2)
+    config = config_for(broker, input_topic, None, tmp_path / "ckpt", app="routing_app:route")
+    log_path = tmp_path / "driver.log"
+    proc = start_child_driver(
+        config,
+        kill_driver_fault(1),
+        log_path,
+        launcher=[sys.executable, str(bin_dir / "onceflow")],
+        cwd=app_dir,
+    )
+    assert wait_child(proc, timeout=600) == -signal.SIGKILL, log_path.read_text()[-3000:]
+    assert (tmp_path / "ckpt" / "offsets" / "1").exists()
+    assert not (tmp_path / "ckpt" / "commits" / "1").exists()
+
+    spec = importlib.util.spec_from_file_location("routing_app", app_dir / "routing_app.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config.app = module.route  # the resume runs here, with the same function
+    progress = run_pipeline(config, spark)
+    assert [p["batchId"] for p in progress if p["numInputRows"]] == [1, 2]  # batch 1 replayed
+
+    with SimpleClient(broker.bootstrap) as client:
+        expected = Counter(
+            (outputs["even" if r.offset % 2 == 0 else "odd"], r.key, r.value.upper())
+            for r in client.consume(input_topic, isolation_level="read_committed", timeout_s=1.5)
+        )
+        written = Counter(
+            (topic, r.key, r.value)
+            for topic in outputs.values()
+            for r in client.consume(topic, isolation_level="read_committed", timeout_s=1.5)
+        )
+    assert sum(expected.values()) == RECORDS
+    assert written == expected
 
 
 def fail_first_attempt(df):

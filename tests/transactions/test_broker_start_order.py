@@ -13,8 +13,8 @@ import asyncio
 import struct
 
 from onceflow.broker.config import BrokerConfig
-from onceflow.broker.server import Broker
 from onceflow.broker.txn.service import TransactionService
+from onceflow.server.node import single_node
 
 
 def _api_versions_v0(correlation_id: int) -> bytes:
@@ -46,7 +46,7 @@ def test_requests_wait_until_the_transaction_coordinator_has_loaded(tmp_path, mo
     monkeypatch.setattr(TransactionService, "start", slow_start)
 
     async def scenario() -> None:
-        broker = Broker(BrokerConfig(port=0, data_dir=tmp_path))
+        broker = single_node(BrokerConfig(port=0, data_dir=tmp_path))
         starting = asyncio.create_task(broker.start())
         while broker.port == 0:  # bound (the port is known) but still loading
             await asyncio.sleep(0.01)

@@ -18,7 +18,7 @@ TOPIC = "cli-txn"
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     with ThreadedBroker(tmp_path_factory.mktemp("txn-cli")) as running:
-        running.broker.topics.create_topic(TOPIC, 2)
+        running.call(lambda: running.broker.topics.create_topic(TOPIC, 2))
         yield running
 
 

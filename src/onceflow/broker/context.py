@@ -32,6 +32,14 @@ class BrokerServices:
     groups: Any = None
     transactions: Any = None
     quotas: ClientQuotas | None = None  # client quotas (broker/quotas)
+    # The cluster: the replayed metadata image (broker.cluster_metadata.ClusterMetadata) and the
+    # channel to the active controller that admin requests are forwarded on.
+    metadata: Any = None
+    controller: Any = None
+    # Which broker coordinates a transactional id, and asking it (server.txn_router); None: this one.
+    txn_router: Any = None
+    # A cluster broker: client quotas are the metadata image's, changed through the controller.
+    quotas_from_metadata: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +49,7 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     services: BrokerServices
+    listener: str = "PLAINTEXT"  # the listener the request came in on
 
     @property
     def config(self) -> BrokerConfig:
@@ -73,6 +82,18 @@ class RequestContext:
     @property
     def quotas(self) -> ClientQuotas | None:
         return self.services.quotas
+
+    @property
+    def metadata(self) -> Any:
+        return self.services.metadata
+
+    @property
+    def txn_router(self) -> Any:
+        return self.services.txn_router
+
+    @property
+    def controller(self) -> Any:
+        return self.services.controller
 
 
 class CloseConnection(Exception):  # noqa: N818 - an instruction, not an error condition

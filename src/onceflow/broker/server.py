@@ -9,16 +9,22 @@ Handlers start in request order, and handlers that change state (Produce) do so 
 
 A handler returning ``None`` sends no response (acks=0 produce, dropped-response fault): later
 responses still go out in order.
+
+A broker is one role of a node (``onceflow.server.node``): the node locks the data dir, replays the
+metadata into the broker's ``ClusterMetadata`` and registers it with the controller, then calls
+:meth:`Broker.bind`, :meth:`Broker.start_services` and :meth:`Broker.serve` in that order. Each
+listener (``listeners``: name, host, port) is a server of its own; a request knows the listener it
+came in on, so that answers name every broker's endpoint on that same listener.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +33,6 @@ from onceflow.broker.config import BrokerConfig
 from onceflow.broker.connection import RequestReceived, SupportedApi
 from onceflow.broker.connection_limits import ConnectionLimits, parse_per_ip_overrides
 from onceflow.broker.context import BrokerServices, RequestContext
-from onceflow.broker.data_dir_lock import DataDirLock, lock_data_dir
 from onceflow.broker.faults import Faults
 from onceflow.broker.fetch_session import FetchSessionCache
 from onceflow.broker.group.service import start_group_coordinator
@@ -35,9 +40,7 @@ from onceflow.broker.handlers import HANDLERS
 from onceflow.broker.idle_connections import close_idle_connections
 from onceflow.broker.limit_events import LimitEvents
 from onceflow.broker.log_cleaner import LogCleaner
-from onceflow.broker.malloc_tuning import keep_freed_memory_for_reuse
 from onceflow.broker.memory_pool import MemoryPool
-from onceflow.broker.open_files import raise_open_file_limit
 from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.quotas.manager import ClientQuotas
 from onceflow.broker.quotas.store import FileQuotaStore
@@ -51,7 +54,8 @@ log = logging.getLogger(__name__)
 
 
 class Broker:
-    """One onceflow broker. ``await start()``, then ``port`` is the bound port; ``await stop()``."""
+    """The broker role of a node. ``bind``, ``start_services``, ``serve`` (``port`` is then the first
+    listener's bound port); ``await stop()``."""
 
     def __init__(
         self,
@@ -59,8 +63,22 @@ class Broker:
         *,
         log_opener: Callable[[Path, Mapping[str, str]], Any] | None = None,
         config_validator: Callable[[Mapping[str, str]], None] | None = None,
+        listeners: Sequence[tuple[str, str, int]] | None = None,
+        metadata: Any = None,
+        controller: Any = None,
+        producer_ids: Any = None,
     ) -> None:
         self.config = config
+        # (listener name, host, port); the first is the one logs and `port` speak of.
+        self.listeners = list(listeners or [("PLAINTEXT", config.host, config.port)])
+        self.metadata = metadata  # the ClusterMetadata the node replays into
+        self.controller = controller  # the channel to the active controller
+        self._producer_ids = producer_ids
+        # A cluster node's transaction markers also go to other brokers (set by the node).
+        self.wrap_markers: Any = None
+        self.txn_router: Any = None  # the node's server.txn_router on a cluster
+        # A cluster broker's client quotas come from the metadata image (set by the node).
+        self.quota_store: Any = None
         self.faults = Faults(config.faults)
         self.topics = TopicManager(
             config.data_dir,
@@ -78,7 +96,8 @@ class Broker:
             h.API_KEY: SupportedApi(h.API_KEY, h.MIN_VERSION, h.MAX_VERSION, h.REQUEST) for h in HANDLERS
         }
         self.services: BrokerServices | None = None
-        self._server: asyncio.Server | None = None
+        self._servers: dict[str, asyncio.Server] = {}
+        self.bound: dict[str, tuple[str, int]] = {}  # listener name -> (host, bound port)
         self._connections: set[ClientProtocol] = set()
         self._housekeeping: asyncio.Task[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -87,7 +106,6 @@ class Broker:
         self._log_cleaner: LogCleaner | None = None
         self._log_cleaner_task: asyncio.Task[None] | None = None
         self.port = config.port
-        self._data_dir_lock: DataDirLock | None = None
         # Every limit that bites is counted here (and logged at most once per kind per interval).
         self.limit_events = LimitEvents()
         self.memory_pool: MemoryPool | None = None  # queued.max.request.bytes; made on the loop
@@ -101,51 +119,54 @@ class Broker:
         )
         self._admitted: dict[ClientProtocol, str] = {}  # connection -> its address, to release
 
-    async def start(self) -> None:
-        self._data_dir_lock = lock_data_dir(Path(self.config.data_dir))  # raises DataDirInUse
-        try:
-            await self._start()
-        except BaseException:
-            self._data_dir_lock.release()
-            raise
-
-    async def _start(self) -> None:
-        self.topics.load()
+    async def bind(self) -> None:
+        """Bind every listener, accepting nothing yet: the bound ports are what the broker registers."""
+        loop = asyncio.get_running_loop()
         capacity = self.config.queued_max_request_bytes
-        self.memory_pool = MemoryPool(
-            capacity if capacity > 0 else -1, schedule=asyncio.get_running_loop().call_soon
-        )
-        # Bind now (the port is part of the services) but accept only once the coordinators have
-        # loaded: a request served earlier would meet no services, or no transaction coordinator and
-        # so skip the KIP-890 produce check and TxnOffsetCommit's transaction check.
-        self._server = await asyncio.get_running_loop().create_server(
-            self._new_connection,
-            self.config.host,
-            self.config.port,
-            reuse_address=True,
-            start_serving=False,
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.memory_pool = MemoryPool(capacity if capacity > 0 else -1, schedule=loop.call_soon)
+        for name, host, port in self.listeners:
+            server = await loop.create_server(
+                functools.partial(self._new_connection, name),
+                host or None,
+                port,
+                reuse_address=True,
+                start_serving=False,
+            )
+            self._servers[name] = server
+            self.bound[name] = (host, server.sockets[0].getsockname()[1])
+        self.port = self.bound[self.listeners[0][0]][1]
+
+    async def start_services(self, advertised: Mapping[str, tuple[str, int]] | None = None) -> None:
+        """The broker's services on the logs the metadata opened: coordinators replay their topics.
+        Accepting only starts with :meth:`serve`: a request served earlier would meet no services, or
+        no transaction coordinator and so skip the KIP-890 produce check and TxnOffsetCommit's
+        transaction check."""
+        first = self.listeners[0][0]
+        host, port = (advertised or self.bound)[first]
         self.services = BrokerServices(
             config=self.config,
             topics=self.topics,
             faults=self.faults,
             cluster_id=self.topics.cluster_id,
-            advertised_host=self.config.host,
-            advertised_port=self.port,
+            advertised_host=host,
+            advertised_port=port,
             fetch_sessions=FetchSessionCache(
                 self.config.max_incremental_fetch_session_cache_slots,
                 self.config.min_incremental_fetch_session_eviction_ms,
             ),
             groups=start_group_coordinator(self.config, self.topics),
-            # The one producer-id allocator of this data dir (InitProducerId; the transaction
+            # The one producer-id allocator of this broker (InitProducerId; the transaction
             # coordinator must use this same instance, or ids could repeat).
-            producer_ids=ProducerIdManager(self.config.data_dir),
+            producer_ids=self._producer_ids or ProducerIdManager(self.config.data_dir),
             quotas=ClientQuotas(
-                FileQuotaStore(self.config.data_dir),
+                self.quota_store or FileQuotaStore(self.config.data_dir),
                 window_num=self.config.quota_window_num,
                 window_size_ms=self.config.quota_window_size_seconds * 1000,
             ),
+            metadata=self.metadata,
+            controller=self.controller,
+            txn_router=self.txn_router,
+            quotas_from_metadata=self.quota_store is not None,
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._flusher = asyncio.create_task(self._run_flush_policy(), name="flush-policy")
@@ -161,17 +182,26 @@ class Broker:
                 name="idle-connections",
             )
         transactions = TransactionService(
-            self.config, self.topics, self.services.groups, self.faults, self.services.producer_ids
+            self.config,
+            self.topics,
+            self.services.groups,
+            self.faults,
+            self.services.producer_ids,
+            wrap_markers=self.wrap_markers,
         )
         await transactions.start()  # replays __transaction_state, finishes Prepare* transactions
         self.services.transactions = transactions
-        await self._server.start_serving()
-        log.info("onceflow broker listening on %s:%d", self.config.host, self.port)
+
+    async def serve(self) -> None:
+        for server in self._servers.values():
+            await server.start_serving()
+        for name, (host, port) in self.bound.items():
+            log.info("onceflow broker listening on %s:%d (%s)", host or "0.0.0.0", port, name)
 
     async def stop(self) -> None:
         """Stop accepting, drop connections, flush and close every log."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers.values():
+            server.close()
         for task in (
             self._housekeeping,
             self._flusher,
@@ -189,10 +219,10 @@ class Broker:
             connection.abort()
         if connections:
             await asyncio.wait([c.closed for c in connections], timeout=5.0)
-        if self._server is not None:
+        for server in self._servers.values():
             with contextlib.suppress(Exception):
-                await self._server.wait_closed()
-            self._server = None
+                await server.wait_closed()
+        self._servers.clear()
         if self._log_cleaner is not None:
             self._log_cleaner.close()  # before the logs close: a build may be reading their segments
         if self.services is not None and self.services.transactions is not None:
@@ -201,8 +231,6 @@ class Broker:
             self.services.groups.shutdown()
         self.topics.flush()
         self.topics.close()
-        if self._data_dir_lock is not None:
-            self._data_dir_lock.release()
         log.info("onceflow broker on port %d stopped", self.port)
 
     async def _run_retention(self) -> None:
@@ -220,9 +248,9 @@ class Broker:
             await asyncio.sleep(interval)
             self.topics.flush_due()
 
-    def _new_connection(self) -> ClientProtocol:
+    def _new_connection(self, listener: str) -> ClientProtocol:
         connection = ClientProtocol(
-            self._dispatch,
+            functools.partial(self._dispatch, listener),
             self.supported,
             max_request_bytes=self.config.socket_request_max_bytes,
             on_close=self._connection_closed,
@@ -262,7 +290,7 @@ class Broker:
 
     # -- requests ----------------------------------------------------------------------------------
 
-    async def _dispatch(self, event: RequestReceived) -> Answer:
+    async def _dispatch(self, listener: str, event: RequestReceived) -> Answer:
         header = event.header
         assert self.services is not None
         ctx = RequestContext(
@@ -271,6 +299,7 @@ class Broker:
             correlation_id=header.correlation_id,
             client_id=header.client_id,
             services=self.services,
+            listener=listener,
         )
         log.debug(
             "api %d v%d correlation %d from %s",
@@ -287,37 +316,3 @@ class Broker:
         if response is None:
             return None
         return apis.encode_response(response, header.correlation_id, header.api_version)
-
-
-async def _serve_until_signalled(config: BrokerConfig) -> None:
-    # Signal handlers first: a SIGTERM right after the "listening" line must still stop us cleanly.
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        broker = Broker(config)
-        await broker.start()
-        try:
-            await stop.wait()
-            log.info("signal received, shutting down")
-        finally:
-            await broker.stop()
-    finally:
-        # Put the process's own handlers back (uvloop leaves its own installed otherwise), so a
-        # caller that goes on after a failed start, such as a test invoking the CLI, keeps Ctrl-C.
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-
-
-def run(config: BrokerConfig) -> None:
-    """Run a broker until SIGTERM/SIGINT, on uvloop where installed."""
-    keep_freed_memory_for_reuse()  # this is the broker's own process
-    raise_open_file_limit()  # one descriptor per partition's open segment, besides the connections
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(_serve_until_signalled(config))
-    else:
-        uvloop.run(_serve_until_signalled(config))

@@ -32,8 +32,10 @@ from typing import Any
 
 from onceflow.broker.data_dir_lock import DataDirError, DataDirUnusable
 from onceflow.protocol.errors import (
+    ErrorCode,
     InvalidPartitions,
     InvalidTopic,
+    KafkaError,
     KafkaStorageError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
@@ -43,6 +45,10 @@ log = logging.getLogger(__name__)
 
 TOPICS_FILE = "topics.json"
 META_FILE = "meta.properties"
+# Kafka's per-partition file naming the topic id the directory belongs to: a directory left by a
+# deleted topic of the same name is never taken for a new topic's data.
+PARTITION_METADATA_FILE = "partition.metadata"
+NO_LEADER = -1
 MAX_TOPIC_NAME_LENGTH = 249
 # Kafka's controller makes at most this many partitions per CreateTopics or CreatePartitions request
 # (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH, QuorumController.MAX_RECORDS_PER_USER_OP) and
@@ -86,12 +92,19 @@ def _default_config_validator(overrides: Mapping[str, str]) -> None:
 
 
 class Partition:
-    """One partition: its ``Log`` plus the waiters of Fetch long-polls that want to hear of new data."""
+    """One partition: its ``Log`` plus the waiters of Fetch long-polls that want to hear of new data.
 
-    def __init__(self, topic: str, index: int, log_: Any) -> None:
+    On a cluster node the metadata image says who leads it (``leader_id``, ``leader_epoch``); a
+    partition this broker holds no replica of has no log (``log`` is None) and is only known by its
+    leader. A single broker's own partitions are led by itself at epoch 0.
+    """
+
+    def __init__(self, topic: str, index: int, log_: Any, leader_id: int = 0, leader_epoch: int = 0) -> None:
         self.topic = topic
         self.index = index
         self.log = log_
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
         self._waiters: set[asyncio.Future[None]] = set()
 
     def append(self, batches: list, **kwargs: Any) -> Any:
@@ -184,6 +197,11 @@ def _write_atomically(path: Path, text: str) -> None:
         os.close(dir_fd)
 
 
+def _topic_id_text(topic_id: uuid.UUID) -> str:
+    # Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, no padding.
+    return base64.urlsafe_b64encode(topic_id.bytes).decode("ascii").rstrip("=")
+
+
 def _new_cluster_id() -> str:
     # Kafka's shape: a random UUID in URL-safe base64 without padding (22 characters).
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
@@ -214,6 +232,15 @@ class TopicManager:
         self._topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
         self.cluster_id = ""
+        # False once the metadata log is where topics are kept (a cluster node): topics.json is then
+        # only read, once, to bring a single-node data dir's topics into the log.
+        self.persist_topics_file = True
+        # On a node, topics change only through the controller: create_topic and the other changes
+        # below go to this (the server's TopicAdmin), and the topic is here once the change is
+        # committed and replayed. None: this manager decides alone (unit tests, tools).
+        self.admin: Any = None
+        # (topic, partition) -> why its log could not be opened (a cluster node's replicas).
+        self._open_failures: dict[tuple[str, int], str] = {}
 
     # -- loading and persistence -------------------------------------------------------------------
 
@@ -249,7 +276,7 @@ class TopicManager:
             log.info("internal topics %s are compacted from now on (cleanup.policy=compact)", upgraded)
         log.info("loaded %d topics from %s", len(self._topics), path)
 
-    def _load_or_create_meta(self) -> str:
+    def _load_or_create_meta(self, cluster_id: str | None = None) -> str:
         path = self.data_dir / META_FILE
         if path.exists():
             props = {}
@@ -267,11 +294,13 @@ class TopicManager:
                 # Kafka refuses such a log dir too: a new id would make clients see another cluster.
                 raise DataDirDamaged(f"{path} has no cluster.id: the data dir's identity is damaged")
             return props["cluster.id"]
-        cluster_id = _new_cluster_id()
+        cluster_id = cluster_id or _new_cluster_id()
         _write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
         return cluster_id
 
     def _persist(self) -> None:
+        if not self.persist_topics_file:
+            return
         doc = {"version": 1, "topics": [t.to_json() for t in self._topics.values()]}
         _write_atomically(self.data_dir / TOPICS_FILE, json.dumps(doc, indent=1, sort_keys=True))
 
@@ -283,6 +312,7 @@ class TopicManager:
             topic.name,
             index,
             self._open_log(self._partition_dir(topic.name, index), self.effective_configs(topic)),
+            self.node_id,
         )
 
     def effective_configs(self, topic: Topic) -> dict[str, str]:
@@ -308,14 +338,25 @@ class TopicManager:
         return self._by_id.get(topic_id)
 
     def get_partition(self, topic: str, index: int) -> Partition:
+        """The partition, led by this broker; UNKNOWN_TOPIC_OR_PARTITION if it does not exist,
+        NOT_LEADER_OR_FOLLOWER if another broker leads it (or nobody does right now)."""
         t = self._topics.get(topic)
         if t is None or not 0 <= index < len(t.partitions):
             raise UnknownTopicOrPartition(f"this broker has no partition {topic}-{index}")
-        return t.partitions[index]
+        partition = t.partitions[index]
+        if partition.log is None or partition.leader_id != self.node_id:
+            raise KafkaError(
+                f"broker {self.node_id} does not lead {topic}-{index} (leader: {partition.leader_id})",
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            )
+        return partition
 
     def partitions(self) -> Iterator[Partition]:
+        """Every partition this broker holds a log of."""
         for topic in list(self._topics.values()):
-            yield from topic.partitions
+            for partition in topic.partitions:
+                if partition.log is not None:
+                    yield partition
 
     # -- changes -------------------------------------------------------------------------------------
 
@@ -329,6 +370,9 @@ class TopicManager:
         validate_only: bool = False,
     ) -> Topic:
         """Create a topic (or, with ``validate_only``, check that it could be created)."""
+        if self.admin is not None and not validate_only:
+            self.admin.create_topic(name, num_partitions, dict(configs or {}))
+            return self._topics[name]
         validate_topic_name(name)
         if name in self._topics:
             raise TopicAlreadyExists(f"topic {name!r} already exists")
@@ -394,6 +438,9 @@ class TopicManager:
 
     def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> Topic:
         """Grow topic ``name`` to ``total`` partitions (Kafka never shrinks a topic)."""
+        if self.admin is not None and not validate_only:
+            self.admin.create_partitions(name, total)
+            return self._topics[name]
         topic = self._topics.get(name)
         if topic is None:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
@@ -415,6 +462,9 @@ class TopicManager:
         """Make ``overrides`` the topic's whole set of config overrides (AlterConfigs and
         IncrementalAlterConfigs compute it): validated, applied to every partition's log at once,
         and persisted. Raises UNKNOWN_TOPIC_OR_PARTITION or INVALID_CONFIG."""
+        if self.admin is not None and not validate_only:
+            self.admin.alter_topic_configs(name, dict(overrides))
+            return self._topics[name]
         topic = self._topics.get(name)
         if topic is None:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
@@ -436,6 +486,12 @@ class TopicManager:
         return topic
 
     def delete_topic(self, name: str) -> Topic:
+        if self.admin is not None:
+            topic = self._topics.get(name)
+            self.admin.delete_topic(name)
+            if topic is None:
+                raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
+            return topic
         topic = self._topics.get(name)
         if topic is None:
             raise UnknownTopicOrPartition(f"topic {name!r} does not exist")
@@ -447,6 +503,143 @@ class TopicManager:
             partition.notify_new_data()  # long-polls see the partition is gone
         log.info("deleted topic %s (id %s)", name, topic.topic_id)
         return topic
+
+    # -- driven by the metadata image (a cluster node) -----------------------------------------------
+
+    def load_identity(self, cluster_id: str | None = None) -> None:
+        """Read (or write) ``meta.properties`` only: the topics come from the metadata log. A node of
+        a cluster names the ``cluster_id`` it belongs to: a data dir of another cluster is refused."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = self._load_or_create_meta(cluster_id)
+        if cluster_id is not None and self.cluster_id != cluster_id:
+            raise DataDirUnusable(
+                f"{self.data_dir / META_FILE} belongs to cluster {self.cluster_id}, not to this node's cluster "
+                f"{cluster_id} (set by cluster.id or derived from controller.quorum.voters): use another data dir"
+            )
+
+    def sync_topic(
+        self,
+        name: str,
+        topic_id: uuid.UUID,
+        configs: Mapping[str, str],
+        partitions: Mapping[int, tuple[int, int, bool]],
+        *,
+        existing: bool = False,
+    ) -> Topic:
+        """Make the topic what the image says: ``partitions`` maps each index to (leader, leader
+        epoch, whether this broker holds a replica). Logs of new local replicas are opened (created
+        if new; a directory left by another topic id is removed first); a changed config reaches
+        every open log. ``existing``: the topic was there before this process started (a missing
+        directory is then worth a warning). A log that cannot be opened (no file descriptor or disk
+        space left) stays closed and is listed in :meth:`open_failures`."""
+        topic = self._topics.get(name)
+        if topic is not None and topic.topic_id != topic_id:
+            self.drop_topic(name)
+            topic = None
+        overrides = {k: v for k, v in configs.items() if v is not None}
+        changed = topic is None or topic.configs != overrides
+        if topic is None:
+            topic = Topic(name=name, topic_id=topic_id, configs=overrides, internal=name in INTERNAL_TOPICS)
+            self._register(topic)
+        elif topic.configs != overrides:
+            topic.configs = overrides
+            self._reconfigure(topic)
+        count = max(partitions, default=-1) + 1
+        changed = changed or count > len(topic.partitions)
+        while len(topic.partitions) < count:
+            topic.partitions.append(Partition(name, len(topic.partitions), None, NO_LEADER, -1))
+        for index, (leader, leader_epoch, local) in partitions.items():
+            partition = topic.partitions[index]
+            partition.leader_id, partition.leader_epoch = leader, leader_epoch
+            if local and partition.log is None and (name, index) not in self._open_failures:
+                try:
+                    partition.log = self._open_local_log(topic, index, existing)
+                except KafkaStorageError as exc:
+                    self._open_failures[(name, index)] = str(exc)
+            elif not local and partition.log is not None:
+                partition.log.delete()
+                partition.log = None
+            partition.notify_new_data()  # a long-poll learns of a leadership change at once
+        if changed:
+            self._persist()
+        return topic
+
+    def open_failures(self, name: str) -> list[str]:
+        """Why partitions of ``name`` this broker should hold could not be opened (empty: none)."""
+        return [message for (topic, _index), message in self._open_failures.items() if topic == name]
+
+    def _open_local_log(self, topic: Topic, index: int, existing: bool = False) -> Any:
+        directory = self._partition_dir(topic.name, index)
+        marker = directory / PARTITION_METADATA_FILE
+        wanted = f"version: 0\ntopic_id: {_topic_id_text(topic.topic_id)}\n"
+        made = False
+        try:
+            if directory.exists():
+                try:
+                    found = marker.read_text(encoding="utf-8")
+                except FileNotFoundError:
+                    found = None  # written by a single-node onceflow: adopted
+                if found is not None and found != wanted:
+                    log.warning("removing %s: it belonged to another topic of the same name", directory)
+                    shutil.rmtree(directory)
+            elif existing:
+                log.warning("no directory for partition %s-%d; it starts empty", topic.name, index)
+            made = not directory.exists()
+            # The log first (it tells a new directory from one to recover), then the marker.
+            opened = self._open_log(directory, self.effective_configs(topic))
+            if not marker.exists():
+                try:
+                    _write_atomically(marker, wanted)
+                except OSError:
+                    getattr(opened, "abandon", lambda: None)()
+                    raise
+        except OSError as exc:
+            log.error("cannot open partition %s-%d: %s", topic.name, index, exc)
+            if made:
+                shutil.rmtree(directory, ignore_errors=True)
+            raise KafkaStorageError(
+                f"cannot create partition {topic.name}-{index}: {exc.strerror or exc}"
+            ) from exc
+        log.info("opened partition %s-%d", topic.name, index)
+        return opened
+
+    def _reconfigure(self, topic: Topic) -> None:
+        from onceflow.log.config import LogConfig
+
+        config = None
+        for partition in topic.partitions:
+            reconfigure = getattr(partition.log, "reconfigure", None)
+            if reconfigure is not None:
+                config = config or LogConfig.from_topic_configs(self.effective_configs(topic))
+                reconfigure(config)
+
+    def drop_topic(self, name: str) -> Topic | None:
+        """Forget a topic the image no longer has and delete its local logs."""
+        topic = self._topics.pop(name, None)
+        if topic is None:
+            return None
+        self._by_id.pop(topic.topic_id, None)
+        failed = [key for key in self._open_failures if key[0] == name]
+        for key in failed:
+            del self._open_failures[key]
+        self._persist()  # first: a crash mid-delete must not bring the topic back
+        for partition in topic.partitions:
+            if partition.log is not None:
+                partition.log.delete()
+            partition.notify_new_data()
+        for _name, index in failed:  # what a failed open left (it could not clean up without descriptors)
+            shutil.rmtree(self._partition_dir(name, index), ignore_errors=True)
+        log.info("deleted topic %s (id %s)", name, topic.topic_id)
+        return topic
+
+    def stray_partition_dirs(self) -> list[Path]:
+        """Partition directories (with a ``partition.metadata``) of no topic this broker holds."""
+        held = {self._partition_dir(p.topic, p.index) for p in self.partitions()}
+        return [
+            marker.parent
+            for marker in self.data_dir.glob(f"*/{PARTITION_METADATA_FILE}")
+            if marker.parent not in held
+        ]
 
     # -- housekeeping --------------------------------------------------------------------------------
 

@@ -16,6 +16,8 @@ from onceflow import __version__
 # command name -> "module:attribute"; the order is the order of ``onceflow --help``
 COMMANDS = {
     "serve": "onceflow.cli.serve:serve",
+    "cluster": "onceflow.cli.cluster:cluster",
+    "metadata-quorum": "onceflow.cli.metadata_quorum:metadata_quorum",
     "topics": "onceflow.cli.topics:topics",
     "produce": "onceflow.cli.produce:produce",
     "consume": "onceflow.cli.consume:consume",

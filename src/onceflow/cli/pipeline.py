@@ -20,7 +20,13 @@ def pipeline():
     "--app", required=True, metavar="MODULE:FUNCTION", help="Maps the input DataFrame to the output."
 )
 @click.option("--input", "input_topic", required=True, metavar="TOPIC", help="Topic to read.")
-@click.option("--output", "output_topic", required=True, metavar="TOPIC", help="Topic to write.")
+@click.option(
+    "--output",
+    "output_topic",
+    default=None,
+    metavar="TOPIC",
+    help="Topic to write (default: the topic each row names in its 'topic' column).",
+)
 @click.option("--checkpoint", required=True, metavar="DIR", help="Spark checkpoint dir (resume from it).")
 @click.option(
     "--bootstrap",
@@ -83,9 +89,16 @@ def run(
     progress_file,
     spark_log_level,
 ):
-    """Run APP over the records of INPUT and write its output to OUTPUT."""
+    """Run APP over the records of INPUT and write its output to OUTPUT (or to the topics its rows name).
+    APP is imported as ``python -m`` would: from the current directory too."""
     try:
-        from onceflow.spark.pipeline import PipelineConfig, load_app, make_spark_session, run_pipeline
+        from onceflow.spark.pipeline import (
+            PipelineConfig,
+            check_options,
+            load_app,
+            make_spark_session,
+            run_pipeline,
+        )
     except ImportError as exc:
         raise click.ClickException(f"{exc}: install the Spark extra with pip install 'onceflow[spark]'")
     try:
@@ -107,6 +120,10 @@ def run(
         source_options=parse_key_values(source_options, "--source-option"),
         sink_options=parse_key_values(sink_options, "--sink-option"),
     )
+    try:
+        check_options(config)  # a bad option fails now, by name, not in the query's first batch
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     reported: list[dict] = []
 
     def report(progress: dict) -> None:
@@ -135,7 +152,8 @@ def run(
         finally:
             spark.stop()
     rows = sum(p["numInputRows"] for p in progress)
-    out.print(f"pipeline {app}: {len(progress)} batches, {rows} rows from {input_topic} to {output_topic}")
+    target = output_topic or "the topics its rows name"
+    out.print(f"pipeline {app}: {len(progress)} batches, {rows} rows from {input_topic} to {target}")
 
 
 # What PySpark raises when a query or job fails (their modules vary across PySpark versions).

@@ -1,4 +1,10 @@
-"""``onceflow serve``: run a broker in the foreground until Ctrl-C / SIGTERM."""
+"""``onceflow serve``: run a node (a broker, a controller, or both) in the foreground until Ctrl-C /
+SIGTERM.
+
+Settings use Kafka's names, from ``--config KEY=VALUE`` and ``--config-file server.properties``
+(``--config`` wins). With no ``process.roles`` the node is a single broker that is its own controller,
+as ``onceflow serve`` has always been; ``--host``/``--port`` are shorthands for its ``listeners``.
+"""
 
 from __future__ import annotations
 
@@ -85,9 +91,12 @@ def _convert(raw: str, kind: type, name: str):
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--host", default=None, help="Address to listen on (a single node; default 127.0.0.1).")
 @click.option(
-    "--port", default=9092, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port."
+    "--port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="Port to listen on (a single node; default 9092, 0 picks a free port).",
 )
 @click.option(
     "--data-dir",
@@ -98,7 +107,12 @@ def _convert(raw: str, kind: type, name: str):
 @click.option(
     "--fault", "faults", multiple=True, metavar="NAME=PROB", help="Switch on a fault point (tests, chaos)."
 )
-@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="Broker config, Kafka names.")
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="A setting, Kafka's names.")
+@click.option(
+    "--config-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Settings in Kafka's server.properties format (--config overrides them).",
+)
 @click.option(
     "--dev",
     is_flag=True,
@@ -106,28 +120,58 @@ def _convert(raw: str, kind: type, name: str):
     "is formed at once instead of waiting Kafka's 3 s for more members.",
 )
 @click.option("--verbose", is_flag=True, help="Debug logging.")
-def serve(host, port, data_dir, faults, configs, dev, verbose):
-    """Run a broker in the foreground (Ctrl-C stops it cleanly)."""
-    overrides = (
-        dev_overrides(parse_key_values(configs, "--config")) if dev else parse_key_values(configs, "--config")
+def serve(host, port, data_dir, faults, configs, config_file, dev, verbose):
+    """Run a node in the foreground (Ctrl-C stops it cleanly): a single broker by default, or a
+    broker and/or controller of a cluster (process.roles, node.id, controller.quorum.voters, listeners)."""
+    from onceflow.server.config import ConfigError, server_config, split_properties
+    from onceflow.server.properties import PropertiesError, read_properties
+
+    properties: dict[str, str] = {}
+    if config_file is not None:
+        try:
+            properties.update(read_properties(config_file))
+        except PropertiesError as exc:
+            raise click.BadParameter(str(exc), param_hint="--config-file")
+    properties.update(parse_key_values(configs, "--config"))
+    if "log.dirs" in properties or "log.dir" in properties:
+        key = "log.dirs" if "log.dirs" in properties else "log.dir"
+        dirs = [d for d in properties.pop(key).split(",") if d.strip()]
+        if len(dirs) != 1:
+            raise click.BadParameter(
+                f"{key}: onceflow keeps one data dir per node, not {len(dirs)}", param_hint="--config"
+            )
+        properties.pop("log.dir", None)
+        data_dir = Path(dirs[0].strip())
+    own, rest = split_properties(properties)
+    try:
+        server = server_config(own, host=host, port=port)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--config")
+    overrides = dev_overrides(rest) if dev else rest
+    first = server.broker_listeners()[0] if server.is_broker else None
+    config = broker_config(
+        first.host if first else "127.0.0.1",
+        first.port if first else 0,
+        data_dir,
+        parse_key_values(faults, "--fault"),
+        {**overrides, "node.id": str(server.node_id)},
     )
-    config = broker_config(host, port, data_dir, parse_key_values(faults, "--fault"), overrides)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT, stream=sys.stderr
     )
-    try:
-        from onceflow.broker.server import run
-    except ImportError as exc:
-        raise click.ClickException(f"the broker is not available in this build: {exc}")
     from onceflow.broker.data_dir_lock import DataDirError
+    from onceflow.server.broker_lifecycle import RegistrationRefused
+    from onceflow.server.node import run
+    from onceflow.server.raft_quorum import QuorumUnavailable
 
     try:
-        run(config)
-    except DataDirError as exc:
+        run(server, config)
+    except (DataDirError, QuorumUnavailable, RegistrationRefused) as exc:
         raise click.ClickException(str(exc))
     except ValueError as exc:  # e.g. an unknown fault point name
         raise click.BadParameter(str(exc), param_hint="--fault/--config")
     except OSError as exc:
-        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
+        where = ", ".join(str(lst) for lst in server.listeners if lst.port)
+        raise click.ClickException(f"cannot serve on {where or 'its listeners'}: {exc.strerror or exc}")
     except KeyboardInterrupt:
         pass

@@ -33,6 +33,7 @@ from kafka.protocol.admin import (
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.producer import WriteTxnMarkersRequest
 
+from onceflow.client.arguments import check_int, check_str, check_str_mapping
 from onceflow.client.async_client import AsyncClient, ClusterMetadata, TopicInfo
 from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.consumer.assignors import decode_assignment
@@ -325,6 +326,8 @@ class AsyncAdminClient:
         self, topic: str, set_: dict[str, str] | None = None, delete: list[str] | None = None
     ) -> None:
         """IncrementalAlterConfigs: set and delete (revert to default) topic configs."""
+        check_str(topic, "topic")
+        set_ = check_str_mapping(set_, "set_")
         r = IncrementalAlterConfigsRequest
         configs = [
             r.AlterConfigsResource.AlterableConfig(name=k, config_operation=_OP_SET, value=v)
@@ -345,6 +348,8 @@ class AsyncAdminClient:
             _check(result.error_code, f"alter configs of topic {topic!r}", result.error_message)
 
     async def create_partitions(self, topic: str, total: int) -> None:
+        check_str(topic, "topic")
+        total = check_int(total, "total", minimum=1)
         r = CreatePartitionsRequest
         request = r(
             topics=[r.CreatePartitionsTopic(name=topic, count=total, assignments=None)],
@@ -364,6 +369,7 @@ class AsyncAdminClient:
         ``isolation_level=1`` (read_committed) the latest is the last stable offset."""
         by_request: dict[tuple[str, int], list[int]] = {}
         for tp, timestamp in specs.items():
+            timestamp = check_int(timestamp, f"the timestamp for {tp.topic}-{tp.partition}")
             by_request.setdefault((tp.topic, timestamp), []).append(tp.partition)
         offsets = {}
         for (topic, timestamp), partitions in by_request.items():
@@ -683,6 +689,10 @@ class AsyncAdminClient:
         """Delete every record below the given offset of each partition (-1: the high watermark);
         returns each partition's log start afterwards (its low watermark). Raises ``KafkaError`` for
         the first partition refused, e.g. OFFSET_OUT_OF_RANGE beyond the high watermark."""
+        before = {
+            tp: check_int(offset, f"the offset for {tp.topic}-{tp.partition}", minimum=-1)
+            for tp, offset in before.items()
+        }
         by_leader = await self._by_leader((tp, (tp.partition, offset)) for tp, offset in before.items())
         r = DeleteRecordsRequest
         low_watermarks = {}

@@ -17,6 +17,7 @@ from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
+from onceflow.client.arguments import check_int, check_str, check_str_mapping
 from onceflow.client.connection import DEFAULT_REQUEST_TIMEOUT_S, BrokerConnectionError, Connection
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition, kafka_error
 
@@ -253,6 +254,10 @@ class AsyncClient:
         configs: dict[str, str] | None = None,
         timeout_ms: int = 30000,
     ) -> None:
+        check_str(name, "name")
+        partitions = check_int(partitions, "partitions", minimum=-1)
+        replication_factor = check_int(replication_factor, "replication_factor", minimum=-1)
+        configs = check_str_mapping(configs, "configs")
         conn = await self.any_connection()
         topic = CreateTopicsRequest.CreatableTopic(
             name=name,
@@ -272,6 +277,7 @@ class AsyncClient:
         self._metadata = None
 
     async def delete_topic(self, name: str, *, timeout_ms: int = 30000) -> None:
+        check_str(name, "name")
         conn = await self.any_connection()
         response = await conn.send(DeleteTopicsRequest(topic_names=[name], timeout_ms=timeout_ms))
         for result in response.responses:

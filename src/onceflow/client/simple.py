@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from onceflow.client.arguments import check_int, check_str
 from onceflow.client.async_client import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -154,6 +155,9 @@ class SimpleClient:
         Returns ``(partition, result, record_count)`` per batch sent, in order; ``result`` is None
         with ``acks=0``.
         """
+        check_str(topic, "topic")
+        if partition is not None:
+            partition = check_int(partition, "partition", minimum=0)
         codec = codec_for_name(compression) if isinstance(compression, str) else CompressionType(compression)
         return self._run(self._produce(topic, records, partition, acks, codec, batch_size))
 
@@ -205,6 +209,8 @@ class SimpleClient:
     def list_offsets(
         self, topic: str, *, timestamp: int = LATEST_TIMESTAMP, isolation_level: str | int = READ_UNCOMMITTED
     ) -> dict[int, int]:
+        check_str(topic, "topic")
+        timestamp = check_int(timestamp, "timestamp")
         return self._run(self._list_offsets(topic, timestamp, isolation_level_for_name(isolation_level)))
 
     async def _list_offsets(self, topic: str, timestamp: int, isolation_level: int) -> dict[int, int]:

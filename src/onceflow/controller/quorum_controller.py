@@ -188,6 +188,12 @@ class QuorumController:
         log.info("controller %d active in epoch %d from offset %d", self.config.node_id, epoch, next_offset)
         return self._write(records, None, now_ms)
 
+    def bootstrap(self, records: Iterable[Any], now_ms: int) -> ControllerResult:
+        """Write ``records`` just after activating on an empty log (Kafka's bootstrap metadata): the
+        topics and producer-id allocator of a data dir written by a single-node onceflow."""
+        self._check_active()
+        return self._write(list(records), None, now_ms)
+
     def renounce(self) -> None:
         """Stop being active: forget every uncommitted record and every broker session."""
         if not self.active:

@@ -2,19 +2,21 @@
 client: a transactional :class:`~onceflow.client.Producer` for the writes and the marker, and a
 group-less :class:`~onceflow.client.Consumer` to read the marker back (OffsetFetch, require_stable).
 
-The marker lives in the consumer group named like the task's transactional id, on partition 0 of the
-sink's ``topic``. The client's ``send_offsets_to_transaction`` carries offsets without metadata, so
-the marker is the committed offset itself: ``batch + 1`` ("the next batch to write"); metadata of the
-form ``{"batch": N}`` is honoured too when a client carries it.
+The marker lives in the consumer group named like the task's transactional id, on partition 0 of each
+topic the task wrote (see :mod:`onceflow.spark.exactly_once`). The client's
+``send_offsets_to_transaction`` carries offsets without metadata, so the marker is the committed
+offset itself: ``batch + 1`` ("the next batch to write"); metadata of the form ``{"batch": N}`` is
+honoured too when a client carries it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 from onceflow.client import Consumer, Producer
 from onceflow.spark.exactly_once import OutputChunk, OutputRecord, decode_marker
-from onceflow.spark.options import SinkOptions, producer_settings
+from onceflow.spark.sink_options import SinkOptions, producer_settings
 
 log = logging.getLogger(__name__)
 
@@ -24,11 +26,8 @@ _SKIP = {"bootstrap.servers", "client.id", "transactional.id", "group.id", "enab
 
 
 class ClientTransactionalWriter:
-    def __init__(self, options: SinkOptions, transactional_id: str, marker_topic: str | None) -> None:
-        if marker_topic is None:
-            raise ValueError('the exactly-once sink needs the "topic" option (its marker lives there)')
+    def __init__(self, options: SinkOptions, transactional_id: str) -> None:
         self.transactional_id = transactional_id
-        self.marker_partition = (marker_topic, 0)
         self._options = options
         settings = producer_settings(options.extra, _SKIP)
         self._producer = Producer(
@@ -43,7 +42,7 @@ class ClientTransactionalWriter:
     def init(self) -> None:
         self._producer.init_transactions()
 
-    def fetch_marker(self) -> int | None:
+    def fetch_marker(self, topic: str) -> int | None:
         consumer = Consumer(
             config={
                 "bootstrap.servers": self._options.bootstrap,
@@ -53,7 +52,7 @@ class ClientTransactionalWriter:
             }
         )
         try:
-            committed = consumer.committed(self.marker_partition)
+            committed = consumer.committed((topic, 0))
         finally:
             consumer.close(autocommit=False)
         if committed is None:
@@ -77,9 +76,9 @@ class ClientTransactionalWriter:
         # Failed batches fail the transaction: commit_transaction raises, so no futures are kept.
         self._producer.send_many(chunk.topic, chunk.values, chunk.keys, headers=chunk.headers)
 
-    def send_offsets(self, batch_id: int) -> None:
+    def send_offsets(self, batch_id: int, topics: Collection[str]) -> None:
         self._producer.send_offsets_to_transaction(
-            {self.marker_partition: batch_id + 1}, self.transactional_id
+            {(topic, 0): batch_id + 1 for topic in topics}, self.transactional_id
         )
 
     def commit(self) -> None:

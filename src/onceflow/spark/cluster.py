@@ -103,13 +103,17 @@ class BlockingCluster:
     # -- source support ------------------------------------------------------------------------
 
     def subscribed_partitions(self, options: SourceOptions) -> list[TopicPartition]:
-        """The topic-partitions an ``assign`` / ``subscribe`` / ``subscribePattern`` read covers."""
+        """The topic-partitions an ``assign`` / ``subscribe`` / ``subscribePattern`` read covers. A
+        subscribed topic that does not exist fails the read, as in Spark (its admin client's
+        describeTopics refuses it)."""
         if options.assign is not None:
             return sorted((t, p) for t, parts in options.assign.items() for p in parts)
         wanted = None if options.subscribe_pattern is not None else list(options.subscribe)
         metadata = self.call(lambda c: c.metadata(wanted))
         partitions = []
         for topic in metadata.topics.values():
+            if wanted is not None and topic.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise UnknownTopicOrPartition(f"subscribed topic {topic.name!r} does not exist")
             if topic.internal or topic.error != ErrorCode.NONE or not options.matches(topic.name):
                 continue
             partitions.extend((topic.name, p) for p in topic.partitions)

@@ -3,17 +3,24 @@
 Each task of batch N writes its partition inside one Kafka transaction whose ``transactional.id``
 is ``<sink id>-<spark partition id>``: stable across retries, replays and speculative copies, so
 ``init_transactions`` fences whichever attempt came before. In the same transaction it commits a
-marker, ``{"batch": N}`` in the offset metadata of the task's own consumer group (the group id is
-the transactional id), through ``send_offsets_to_transaction``. Before writing, the task reads its
-marker with OffsetFetch ``require_stable``; if batch N or later is already committed, the batch's
-output is already in the topic and the task writes nothing.
+marker saying "batch N is written": an offset commit in the task's own consumer group (the group id is
+the transactional id), through ``send_offsets_to_transaction``, on partition 0 of every topic the task
+wrote in batch N. Before writing, the task reads the marker on the topic of its first record (OffsetFetch
+``require_stable``); if it says batch N or later, the batch's output is already there and the task
+writes nothing.
+
+Why the first record's topic is enough, whatever topics the rows choose: a replay of batch N holds the
+same records as the attempt that committed (Spark's own condition for replays: the processing of a
+batch is deterministic, so partition P of batch N holds the same records every time, though maybe in
+another order). So the replay's first record goes to a topic that the committed attempt wrote, whose
+marker says N. If no attempt committed, every topic's marker is older (a later batch runs only after
+Spark committed this one), so the batch is written. The marker constrains nothing: rows may name any
+topic, and with the ``topic`` option there is one topic, as before.
 
 This makes a replay of batch N after a driver crash (Kafka committed, Spark's commit log not yet
-written), a task retry, and a speculative copy all produce batch N's records exactly once, given
-Spark's own condition for replays: the processing of a batch is deterministic, so partition P of
-batch N holds the same records every time. Consumers of the output must use ``read_committed``.
-A batch is atomic per task, not across tasks: consumers can see task 1's part of batch N before
-task 2's.
+written), a task retry, and a speculative copy all produce batch N's records exactly once. Consumers of
+the output must use ``read_committed``. A batch is atomic per task, not across tasks: consumers can see
+task 1's part of batch N before task 2's.
 
 :class:`TransactionalWriter` is the small interface a transactional producer must offer; the sink
 runs on whichever implementation the client provides.
@@ -23,7 +30,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from itertools import chain
 from typing import NamedTuple, Protocol
 
 log = logging.getLogger(__name__)
@@ -90,9 +98,9 @@ class TransactionalWriter(Protocol):
         """``init_transactions``: bump the epoch, fencing older attempts, and finish (abort) any
         transaction an older attempt left open."""
 
-    def fetch_marker(self) -> int | None:
-        """The batch id of the last committed marker (OffsetFetch with require_stable, retried while
-        the broker answers UNSTABLE_OFFSET_COMMIT), or None."""
+    def fetch_marker(self, topic: str) -> int | None:
+        """The batch id of the last marker committed on ``topic`` (OffsetFetch with require_stable,
+        retried while the broker answers UNSTABLE_OFFSET_COMMIT), or None."""
 
     def begin(self) -> None: ...
 
@@ -103,8 +111,8 @@ class TransactionalWriter(Protocol):
         """Queue a chunk's records in the open transaction (optional: without it the records of a
         chunk go through ``send`` one by one)."""
 
-    def send_offsets(self, batch_id: int) -> None:
-        """``send_offsets_to_transaction`` with the marker for ``batch_id``."""
+    def send_offsets(self, batch_id: int, topics: Collection[str]) -> None:
+        """``send_offsets_to_transaction`` with the marker for ``batch_id`` on each of ``topics``."""
 
     def commit(self) -> None:
         """Flush everything, then ``commit_transaction``; raises if fenced or if a send failed."""
@@ -119,15 +127,24 @@ def write_exactly_once(
 ) -> TaskOutcome:
     """Write one task's part of batch ``batch_id`` once, whatever happened to earlier attempts."""
     writer.init()
-    committed = writer.fetch_marker()
+    items = iter(records)
+    first = next(items, None)
+    if first is None:
+        # A task with no rows writes nothing and commits no marker: its replay writes nothing either.
+        return TaskOutcome(0, skipped=False)
+    committed = writer.fetch_marker(first.topic)
     if committed is not None and committed >= batch_id:
-        log.info("batch %d already committed (marker %d): writing nothing", batch_id, committed)
+        log.info(
+            "batch %d already committed (marker %d on %s): writing nothing", batch_id, committed, first.topic
+        )
         return TaskOutcome(0, skipped=True)
     writer.begin()
     count = 0
+    topics: set[str] = set()
     try:
         send_chunk = getattr(writer, "send_chunk", None)
-        for record in records:
+        for record in chain((first,), items):
+            topics.add(record.topic)
             if type(record) is OutputChunk:
                 if send_chunk is not None:
                     send_chunk(record)
@@ -138,10 +155,7 @@ def write_exactly_once(
                 continue
             writer.send(record)
             count += 1
-        # A task with no rows commits no marker: its replay writes nothing either, and the marker's
-        # TxnOffsetCommit names the output topic, which may not exist until a record creates it.
-        if count:
-            writer.send_offsets(batch_id)
+        writer.send_offsets(batch_id, sorted(topics))
         writer.commit()
     except BaseException:
         try:

@@ -52,35 +52,45 @@ def offsets_from_json(data: Mapping[str, Mapping[str, int]]) -> PartitionOffsets
     return {(topic, int(p)): int(o) for topic, parts in data.items() for p, o in parts.items()}
 
 
+def _check_names_every_partition(
+    given: set[TopicPartition], partitions: list[TopicPartition], option: str, what: str, hint: str = ""
+) -> None:
+    """A JSON spec must name exactly the partitions read, as in Spark's Kafka source: a partition left
+    out would otherwise be read from somewhere the user did not say (or not at all)."""
+    missing = sorted(set(partitions) - given)
+    extra = sorted(given - set(partitions))
+    if not missing and not extra:
+        return
+    problems = []
+    if missing:
+        problems.append(f"no {what} for " + ", ".join(f"{t}-{p}" for t, p in missing))
+    if extra:
+        problems.append(f"a {what} for " + ", ".join(f"{t}-{p}" for t, p in extra) + ", which is not read")
+    raise ValueError(f"option {option}: {'; '.join(problems)}. Give one for every partition read{hint}.")
+
+
 def resolve_spec(
     spec: OffsetSpec,
     partitions: list[TopicPartition],
     earliest: Mapping[TopicPartition, int],
     latest: Mapping[TopicPartition, int],
     *,
-    missing: int,
+    option: str,
 ) -> PartitionOffsets:
-    """Concrete offsets for ``partitions`` from a spec; a partition absent from a JSON spec takes
-    ``missing`` (EARLIEST or LATEST). Offsets outside the log are clamped into it."""
-
-    def concrete(tp: TopicPartition, wanted: int) -> int:
-        if wanted == EARLIEST:
-            return earliest[tp]
-        if wanted == LATEST:
-            return latest[tp]
-        if wanted < 0:
-            raise ValueError(f"offset {wanted} for {tp[0]}-{tp[1]}: use -2 (earliest) or -1 (latest)")
-        return max(earliest[tp], min(wanted, latest[tp]))
-
+    """Concrete offsets for ``partitions`` from a spec: ``earliest``, ``latest``, or Spark's JSON,
+    which must name exactly the partitions read (-2 meaning earliest, -1 latest). Offsets are taken as
+    given: one outside the log is the caller's to judge (``failOnDataLoss``)."""
+    if spec == "earliest":
+        return {tp: earliest[tp] for tp in partitions}
+    if spec == "latest":
+        return {tp: latest[tp] for tp in partitions}
+    assert isinstance(spec, dict)
+    given = {(topic, p) for topic, parts in spec.items() for p in parts}
+    _check_names_every_partition(given, partitions, option, "offset", " (-2 for earliest, -1 for latest)")
     resolved: PartitionOffsets = {}
     for tp in partitions:
-        if spec == "earliest":
-            resolved[tp] = earliest[tp]
-        elif spec == "latest":
-            resolved[tp] = latest[tp]
-        else:
-            assert isinstance(spec, dict)
-            resolved[tp] = concrete(tp, spec.get(tp[0], {}).get(tp[1], missing))
+        wanted = spec[tp[0]][tp[1]]
+        resolved[tp] = earliest[tp] if wanted == EARLIEST else latest[tp] if wanted == LATEST else wanted
     return resolved
 
 
@@ -120,17 +130,7 @@ def timestamps_for(spec: TimestampSpec, partitions: list[TopicPartition], option
     if isinstance(spec, int):
         return {tp: spec for tp in partitions}
     given = {(topic, p) for topic, parts in spec.items() for p in parts}
-    missing = sorted(set(partitions) - given)
-    extra = sorted(given - set(partitions))
-    if missing or extra:
-        problems = []
-        if missing:
-            problems.append("no timestamp for " + ", ".join(f"{t}-{p}" for t, p in missing))
-        if extra:
-            problems.append(
-                "a timestamp for " + ", ".join(f"{t}-{p}" for t, p in extra) + ", which is not read"
-            )
-        raise ValueError(f"option {option}: {'; '.join(problems)}. Give one for every partition read.")
+    _check_names_every_partition(given, partitions, option, "timestamp")
     return {tp: spec[tp[0]][tp[1]] for tp in partitions}
 
 
@@ -160,13 +160,28 @@ def offsets_at_timestamps(
     return resolved
 
 
-def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """At least ``min_partitions`` ranges (Spark's ``minPartitions``): when there are fewer, each range
-    is cut into parts in proportion to its share of all the offsets (at least one part; rounded), of
-    equal size. The cut depends only on the ranges and the number, so a replayed batch is cut the same
+def split_ranges(
+    ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None = None
+) -> list[OffsetRange]:
+    """At least ``min_partitions`` ranges (Spark's ``minPartitions``), none of more than
+    ``max_records`` offsets (``maxRecordsPerPartition``). When there are fewer ranges than
+    ``min_partitions``, each is cut into parts in proportion to its share of all the offsets (at least
+    one; rounded), of equal size; then a range still above ``max_records`` is cut into equal parts of at
+    most that. The cut depends only on the ranges and the numbers, so a replayed batch is cut the same
     way (the exactly-once sink relies on that). A range from EARLIEST (its size unknown) is not cut."""
-    if min_partitions is None or len(ranges) >= min_partitions:
+    if min_partitions is not None and len(ranges) < min_partitions:
+        ranges = _split_in_proportion(ranges, min_partitions)
+    if max_records is None:
         return ranges
+    result = []
+    for r in ranges:
+        size = r.until_offset - r.from_offset if r.from_offset != EARLIEST else 0
+        parts = -(-size // max_records) if size > max_records else 1
+        result.extend(_cut(r, parts))
+    return result
+
+
+def _split_in_proportion(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetRange]:
     sizes = [r.until_offset - r.from_offset if r.from_offset != EARLIEST else 0 for r in ranges]
     total = sum(sizes)
     if total <= 0:
@@ -174,11 +189,13 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
     result = []
     for r, size in zip(ranges, sizes, strict=True):
         parts = min(size, max(1, round(size / total * min_partitions))) if size > 0 else 1
-        if parts == 1:
-            result.append(r)
-            continue
-        bounds = [r.from_offset + size * i // parts for i in range(parts + 1)]
-        result.extend(
-            OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False)
-        )
+        result.extend(_cut(r, parts))
     return result
+
+
+def _cut(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    if parts <= 1:
+        return [r]
+    size = r.until_offset - r.from_offset
+    bounds = [r.from_offset + size * i // parts for i in range(parts + 1)]
+    return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]

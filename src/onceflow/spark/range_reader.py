@@ -11,13 +11,15 @@ than offsets.
 Records of a range can be gone by the time a task reads them: retention or DeleteRecords moved the
 partition's log start past them. Like Spark's Kafka source, the read then fails with a message
 naming the lost offsets and the ``failOnDataLoss`` option, or, with ``failOnDataLoss=false``, goes on
-from the log start after a warning.
+from the log start after a warning. Records planned but not returned for ``kafkaConsumer.pollTimeoutMs``
+fail the read, as in Spark. The ``headers`` column is there only with ``includeHeaders=true``.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import time
 from bisect import bisect_left
 from collections.abc import Iterator
 
@@ -46,13 +48,29 @@ ARROW_SCHEMA = pa.schema(
         pa.field("headers", pa.list_(HEADER_TYPE)),
     ]
 )
-# The same, as Spark DDL (the source's schema()).
-SPARK_SCHEMA_DDL = (
-    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
-    "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
-)
+ARROW_SCHEMA_NO_HEADERS = pa.schema(list(ARROW_SCHEMA)[:-1])
+# The same, as Spark types (the source's schema()).
+_SPARK_FIELDS = [
+    ("key", "binary"),
+    ("value", "binary"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "bigint"),
+    ("timestamp", "timestamp"),
+    ("timestampType", "int"),
+    ("headers", "array<struct<key:string,value:binary>>"),
+]
 
-MAX_EMPTY_FETCHES = 20  # fetches in a row that bring nothing although the range is not done
+
+def source_schema_fields(include_headers: bool) -> list[tuple[str, str]]:
+    """The source's columns as ``(name, Spark type)``; ``headers`` only with includeHeaders."""
+    return _SPARK_FIELDS if include_headers else _SPARK_FIELDS[:-1]
+
+
+def source_schema_ddl(include_headers: bool) -> str:
+    return ", ".join(f"{name} {kind}" for name, kind in source_schema_fields(include_headers))
+
+
 FETCH_MAX_WAIT_MS = 500
 
 
@@ -94,8 +112,22 @@ class _Columns:
         elif self.has_headers:
             self.headers += [[] for _ in range(count)]
 
-    def to_arrow(self, topic: str, partition: int) -> pa.RecordBatch:
+    def to_arrow(self, topic: str, partition: int, include_headers: bool = True) -> pa.RecordBatch:
         n = len(self.offsets)
+        # Kafka timestamps are milliseconds; Arrow's column is microseconds: scale in C.
+        millis = pa.array(self.timestamps, pa.int64())
+        micros = pc.multiply(millis, pa.scalar(1000, pa.int64())).cast(pa.timestamp("us", tz="UTC"))
+        columns = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.array(self.offsets, pa.int64()),
+            micros,
+            pa.array(self.types, pa.int32()),
+        ]
+        if not include_headers:
+            return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_NO_HEADERS)
         header_offsets = [0]
         header_keys: list[str] = []
         header_values: list[bytes | None] = []
@@ -111,22 +143,8 @@ class _Columns:
             [pa.array(header_keys, pa.string()), pa.array(header_values, pa.binary())],
             fields=list(HEADER_TYPE),
         )
-        # Kafka timestamps are milliseconds; Arrow's column is microseconds: scale in C.
-        millis = pa.array(self.timestamps, pa.int64())
-        micros = pc.multiply(millis, pa.scalar(1000, pa.int64())).cast(pa.timestamp("us", tz="UTC"))
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(self.keys, pa.binary()),
-                pa.array(self.values, pa.binary()),
-                pa.repeat(pa.scalar(topic, pa.string()), n),
-                pa.repeat(pa.scalar(partition, pa.int32()), n),
-                pa.array(self.offsets, pa.int64()),
-                micros,
-                pa.array(self.types, pa.int32()),
-                pa.ListArray.from_arrays(pa.array(header_offsets, pa.int32()), header_structs),
-            ],
-            schema=ARROW_SCHEMA,
-        )
+        columns.append(pa.ListArray.from_arrays(pa.array(header_offsets, pa.int32()), header_structs))
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
 def fetch_to_arrow(
@@ -138,6 +156,7 @@ def fetch_to_arrow(
     until: int,
     isolation_level: int,
     aborted_transactions=(),
+    include_headers: bool = True,
 ) -> tuple[pa.RecordBatch | None, int]:
     """The visible records of one fetched partition with ``position <= offset < until`` as one Arrow
     batch (None when there are none), and the offset after the last complete batch in ``data``.
@@ -170,7 +189,7 @@ def fetch_to_arrow(
         columns.add(decode_columns(header, batch), header.timestamp_type, position, until)
     if not columns.offsets:
         return None, next_position
-    return columns.to_arrow(topic, partition), next_position
+    return columns.to_arrow(topic, partition, include_headers), next_position
 
 
 class DataLoss(KafkaError):
@@ -186,16 +205,19 @@ def read_range(
     isolation_level: int,
     partition_max_bytes: int = 1048576,
     fail_on_data_loss: bool = True,
+    include_headers: bool = True,
+    poll_timeout_ms: int = 120_000,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the visible records of ``offset_range`` as Arrow batches, in offset order. Raises
     ``DataLoss`` if records of the range were deleted first, unless ``fail_on_data_loss`` is False:
-    then the read skips them (and logs a warning)."""
+    then the read skips them (and logs a warning). Fails when the broker returns nothing where records
+    are planned for ``poll_timeout_ms``."""
     topic, partition = offset_range.topic, offset_range.partition
     position = offset_range.from_offset
     if position == EARLIEST:
         position = cluster.earliest([(topic, partition)])[(topic, partition)]
     until = offset_range.until_offset
-    empty_fetches = 0
+    waiting_since = None
     while position < until:
         try:
             fetched = cluster.call(
@@ -214,15 +236,17 @@ def read_range(
             continue
         data = fetched.records if fetched is not None else None
         if not data:
-            empty_fetches += 1
-            if empty_fetches >= MAX_EMPTY_FETCHES:
+            now = time.monotonic()
+            waiting_since = now if waiting_since is None else waiting_since
+            if now - waiting_since >= poll_timeout_ms / 1000:
                 raise KafkaError(
-                    f"{topic}-{partition}: offsets {position}..{until} were planned but the broker "
-                    f"returns nothing there (data lost or log truncated?)",
+                    f"{topic}-{partition}: offsets {position}..{until - 1} were planned but the broker "
+                    f"returned nothing there for {poll_timeout_ms} ms (the source option "
+                    "kafkaConsumer.pollTimeoutMs); data lost or log truncated?",
                     ErrorCode.OFFSET_OUT_OF_RANGE,
                 )
             continue
-        empty_fetches = 0
+        waiting_since = None
         batch, next_position = fetch_to_arrow(
             topic,
             partition,
@@ -231,6 +255,7 @@ def read_range(
             until=until,
             isolation_level=isolation_level,
             aborted_transactions=fetched.aborted_transactions,
+            include_headers=include_headers,
         )
         if next_position <= position:
             raise KafkaError(

@@ -1,13 +1,18 @@
-"""The onceflow sink: ``df.writeStream.format("onceflow")``.
+"""The onceflow sink: ``df.writeStream.format("onceflow")`` and ``df.write.format("onceflow")``.
 
-Rows come in as Arrow batches with Spark's Kafka-sink columns: ``value`` (required, binary or
-string), optional ``key``, ``topic`` (the ``topic`` option overrides it, as in Spark's Kafka sink),
-``partition`` and ``headers``. Two guarantees:
+Rows come in as Arrow batches with Spark's Kafka-sink columns (checked when the write starts, see
+:mod:`onceflow.spark.sink_options`): ``value`` required, optional ``key``, ``topic`` (the ``topic``
+option overrides it, as in Spark's Kafka sink), ``partition`` and ``headers``. Two guarantees:
 
 - ``exactly-once`` (default): each task writes inside a transaction and skips a batch it already
-  committed (see :mod:`onceflow.spark.exactly_once` for the protocol and its contract);
+  committed (see :mod:`onceflow.spark.exactly_once` for the protocol and its contract). Rows may name
+  any topics;
 - ``at-least-once``: a plain producer, like Spark's own Kafka sink. A batch replayed after a crash
   is written again, so the output can hold duplicates. It exists as a baseline and for speed.
+
+A batch write (``df.write...mode("append").save()``) is one batch of the same protocol, under a sink
+id of its own: each task's records are written once even if Spark retries the task or runs a
+speculative copy; saving the same DataFrame twice writes it twice, as with any append.
 
 The driver's ``commit`` checks that every task reported; Spark then writes the batch to its commit
 log. ``abort`` only logs: a failed task's open transaction is aborted by the next attempt's
@@ -17,13 +22,14 @@ log. ``abort`` only logs: a failed task's open transaction is aborted by the nex
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from onceflow.spark import faults
 from onceflow.spark.exactly_once import (
@@ -33,11 +39,21 @@ from onceflow.spark.exactly_once import (
     transactional_id_for,
     write_exactly_once,
 )
-from onceflow.spark.options import AT_LEAST_ONCE, SinkOptions, producer_settings
+from onceflow.spark.sink_options import AT_LEAST_ONCE, SinkOptions, producer_settings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OnceflowStreamWriter", "SinkCommitMessage", "SinkIncomplete", "output_items", "output_records"]
+__all__ = [
+    "OnceflowBatchWriter",
+    "OnceflowStreamWriter",
+    "SinkCommitMessage",
+    "SinkIncomplete",
+    "output_items",
+    "output_records",
+]
+
+# Rows of one Arrow batch that name more topics than this go record by record, not as a chunk per topic.
+MAX_CHUNKED_TOPICS = 64
 
 
 class SinkIncomplete(RuntimeError):
@@ -59,11 +75,15 @@ def _as_binary(column: pa.Array | pa.ChunkedArray) -> list:
     return column.to_pylist()
 
 
+def _check_value_column(batch: pa.RecordBatch) -> None:
+    if "value" not in batch.schema.names:
+        raise ValueError('the sink needs a "value" column (binary or string); alias one with .alias("value")')
+
+
 def output_records(batch: pa.RecordBatch, topic_option: str | None) -> Iterator[OutputRecord]:
     """The records one Arrow batch asks the sink to write, in row order."""
+    _check_value_column(batch)
     names = set(batch.schema.names)
-    if "value" not in names:
-        raise ValueError('the sink needs a "value" column (binary or string); alias one with .alias("value")')
     n = batch.num_rows
     values = _as_binary(batch.column("value"))
     keys = _as_binary(batch.column("key")) if "key" in names else [None] * n
@@ -83,39 +103,54 @@ def output_records(batch: pa.RecordBatch, topic_option: str | None) -> Iterator[
         headers = [()] * n
     for i in range(n):
         if topics[i] is None:
-            raise ValueError(f"row {i} has a null topic")
+            raise ValueError(f"row {i} has a null topic; set the topic option or give every row a topic")
         yield OutputRecord(topics[i], keys[i], values[i], headers[i], partitions[i])
 
 
-def output_items(batch: pa.RecordBatch, topic_option: str | None) -> Iterator[OutputRecord | OutputChunk]:
-    """What one Arrow batch asks the sink to write: one :class:`OutputChunk` (columns, no object per
-    row) when every row goes to the same topic and no ``partition`` column places rows; otherwise
-    the rows as :class:`OutputRecord`, in row order."""
-    names = set(batch.schema.names)
-    if "value" not in names:
-        raise ValueError('the sink needs a "value" column (binary or string); alias one with .alias("value")')
-    if batch.num_rows == 0:
-        return
-    topic = topic_option
-    if topic is None and "topic" in names:
-        topics = batch.column("topic")
-        if topics.null_count == 0 and len(pc.unique(topics)) == 1:
-            topic = topics[0].as_py()
-    if topic is None or "partition" in names:
-        yield from output_records(batch, topic_option)
-        return
+def _chunk(batch: pa.RecordBatch, topic: str) -> OutputChunk:
+    names = batch.schema.names
     headers = None
     if "headers" in names and batch.column("headers").null_count < batch.num_rows:
         headers = [
             [(h["key"], h["value"]) for h in row] if row else None
             for row in batch.column("headers").to_pylist()
         ]
-    yield OutputChunk(
+    return OutputChunk(
         topic,
         _as_binary(batch.column("key")) if "key" in names else None,
         _as_binary(batch.column("value")),
         headers,
     )
+
+
+def output_items(batch: pa.RecordBatch, topic_option: str | None) -> Iterator[OutputRecord | OutputChunk]:
+    """What one Arrow batch asks the sink to write: one :class:`OutputChunk` (columns, no object per
+    row) per topic its rows name, when no ``partition`` column places rows; otherwise the rows as
+    :class:`OutputRecord`, in row order. Within a topic, rows keep their order."""
+    _check_value_column(batch)
+    if batch.num_rows == 0:
+        return
+    names = set(batch.schema.names)
+    if "partition" in names:
+        yield from output_records(batch, topic_option)
+        return
+    if topic_option is not None:
+        yield _chunk(batch, topic_option)
+        return
+    if "topic" not in names:
+        raise ValueError('say where to write: option "topic" or a "topic" column')
+    topics = batch.column("topic")
+    if topics.null_count:
+        yield from output_records(batch, topic_option)  # names the row with no topic
+        return
+    distinct = pc.unique(topics)
+    if len(distinct) == 1:
+        yield _chunk(batch, distinct[0].as_py())
+    elif len(distinct) <= MAX_CHUNKED_TOPICS:
+        for topic in distinct.to_pylist():
+            yield _chunk(batch.filter(pc.equal(topics, topic)), topic)
+    else:
+        yield from output_records(batch, topic_option)
 
 
 def _produce_at_least_once(options: SinkOptions, records: Iterable[OutputRecord | OutputChunk]) -> int:
@@ -160,33 +195,34 @@ def _produce_at_least_once(options: SinkOptions, records: Iterable[OutputRecord 
     return count
 
 
-def _make_transactional_writer(options: SinkOptions, transactional_id: str, default_topic: str | None):
+def _make_transactional_writer(options: SinkOptions, transactional_id: str):
     """The client-backed :class:`~onceflow.spark.exactly_once.TransactionalWriter`."""
     from onceflow.spark.client_writer import ClientTransactionalWriter
 
-    return ClientTransactionalWriter(options, transactional_id, default_topic)
+    return ClientTransactionalWriter(options, transactional_id)
 
 
-class OnceflowStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, options: SinkOptions) -> None:
-        self.options = options
+class _SinkTasks:
+    """What the streaming and the batch writer share: one task's write, the driver's checks."""
+
+    options: SinkOptions
 
     def _sink_id(self, context: TaskContext) -> str:
-        if self.options.transactional_id_prefix:
-            return self.options.transactional_id_prefix
-        # The query id survives restarts from the same checkpoint, so the ids stay stable.
-        return f"onceflow-sink-{context.getLocalProperty('sql.streaming.queryId')}"
+        raise NotImplementedError
+
+    def _batch_id(self, context: TaskContext) -> int:
+        raise NotImplementedError
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         context = TaskContext.get()
-        batch_id = int(context.getLocalProperty("streaming.sql.batchId") or -1)
+        batch_id = self._batch_id(context)
         partition_id = context.partitionId()
         records = (r for batch in iterator for r in output_items(batch, self.options.topic))
         if self.options.guarantee == AT_LEAST_ONCE:
             outcome = TaskOutcome(_produce_at_least_once(self.options, records), skipped=False)
         else:
             transactional_id = transactional_id_for(self._sink_id(context), partition_id)
-            writer = _make_transactional_writer(self.options, transactional_id, self.options.topic)
+            writer = _make_transactional_writer(self.options, transactional_id)
             try:
                 outcome = write_exactly_once(writer, batch_id, records)
             finally:
@@ -203,24 +239,65 @@ class OnceflowStreamWriter(DataSourceStreamArrowWriter):
             partition_id, context.attemptNumber(), batch_id, outcome.records, outcome.skipped
         )
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+    def _check_reports(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         missing = [i for i, m in enumerate(messages) if not isinstance(m, SinkCommitMessage)]
         if missing:
-            raise SinkIncomplete(f"batch {batchId}: tasks {missing} did not report; not committing the batch")
-        stale = [m.partition_id for m in messages if m.batch_id not in (batchId, -1)]
+            raise SinkIncomplete(
+                f"batch {batch_id}: tasks {missing} did not report; not committing the batch"
+            )
+        stale = [m.partition_id for m in messages if m.batch_id not in (batch_id, -1)]
         if stale:
-            raise SinkIncomplete(f"batch {batchId}: tasks {stale} reported another batch id")
-        written = sum(m.records for m in messages)
-        skipped = sum(1 for m in messages if m.skipped)
+            raise SinkIncomplete(f"batch {batch_id}: tasks {stale} reported another batch id")
         log.info(
             "batch %d committed: %d records from %d tasks (%d skipped)",
-            batchId,
-            written,
+            batch_id,
+            sum(m.records for m in messages),
             len(messages),
-            skipped,
+            sum(1 for m in messages if m.skipped),
         )
+
+    def _log_abort(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
+        reported = sum(1 for m in messages if m is not None)
+        log.warning("batch %d aborted (%d of %d tasks had reported)", batch_id, reported, len(messages))
+
+
+class OnceflowStreamWriter(_SinkTasks, DataSourceStreamArrowWriter):
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def _sink_id(self, context: TaskContext) -> str:
+        if self.options.transactional_id_prefix:
+            return self.options.transactional_id_prefix
+        # The query id survives restarts from the same checkpoint, so the ids stay stable.
+        return f"onceflow-sink-{context.getLocalProperty('sql.streaming.queryId')}"
+
+    def _batch_id(self, context: TaskContext) -> int:
+        return int(context.getLocalProperty("streaming.sql.batchId") or -1)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self._check_reports(messages, batchId)
         faults.on_driver_commit(batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        reported = sum(1 for m in messages if m is not None)
-        log.warning("batch %d aborted (%d of %d tasks had reported)", batchId, reported, len(messages))
+        self._log_abort(messages, batchId)
+
+
+class OnceflowBatchWriter(_SinkTasks, DataSourceArrowWriter):
+    """``df.write.format("onceflow").mode("append").save()``: batch 0 of a sink of its own, whose id is
+    made when the write is planned (the same for every attempt of its tasks, new for every save)."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self.sink_id = f"{options.transactional_id_prefix or 'onceflow-write'}-{uuid.uuid4().hex}"
+
+    def _sink_id(self, context: TaskContext) -> str:
+        return self.sink_id
+
+    def _batch_id(self, context: TaskContext) -> int:
+        return 0
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._check_reports(messages, 0)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._log_abort(messages, 0)

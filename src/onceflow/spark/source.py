@@ -5,11 +5,18 @@ The driver side (offset planning) asks the cluster for partitions and offsets; t
 Offsets live in Spark's checkpoint as ``{"topic": {"partition": next offset}}``. With
 ``read_committed`` (the default) a batch ends at the last stable offset, so an open transaction
 holds a partition back until it is decided, as Kafka's read_committed consumers are held.
+
+Data loss as Spark's Kafka source counts it fails the query (``failOnDataLoss``, default true) or,
+with ``failOnDataLoss=false``, is logged and passed over: a start beyond a partition's end, a
+partition that is gone, a partition whose end went back below what was read (asked again
+``fetchOffset.numRetries`` times first), a new partition whose log no longer starts at 0, and records
+deleted before a task read them (:mod:`onceflow.spark.range_reader`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -24,6 +31,7 @@ from onceflow.spark.cluster import BlockingCluster
 from onceflow.spark.offsets import (
     OffsetRange,
     PartitionOffsets,
+    TopicPartition,
     limit_end,
     offsets_at_timestamps,
     offsets_from_json,
@@ -33,16 +41,22 @@ from onceflow.spark.offsets import (
     split_ranges,
     timestamps_for,
 )
-from onceflow.spark.options import EARLIEST, LATEST, TIMESTAMP_STRATEGY_LATEST, SourceOptions
-from onceflow.spark.range_reader import read_range
+from onceflow.spark.options import TIMESTAMP_STRATEGY_LATEST, SourceOptions
+from onceflow.spark.range_reader import DataLoss, read_range
 
 log = logging.getLogger(__name__)
 
 __all__ = ["OnceflowBatchReader", "OnceflowStreamReader"]
 
+_READ_COMMITTED = 1
+
 
 def _partition_max_bytes(options: SourceOptions) -> int:
     return int(options.extra.get("max.partition.fetch.bytes", 1048576))
+
+
+def _names(partitions) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in sorted(partitions))
 
 
 class _ClusterHolder:
@@ -58,16 +72,46 @@ class _ClusterHolder:
         state["_cluster"] = None
         return state
 
+    def _connect(self) -> BlockingCluster:
+        return BlockingCluster(
+            self.options.bootstrap,
+            client_id=self.options.client_id,
+            request_timeout_s=self.options.request_timeout_s,
+        )
+
     @property
     def cluster(self) -> BlockingCluster:
         if self._cluster is None:
-            self._cluster = BlockingCluster(self.options.bootstrap, client_id=self.options.client_id)
+            self._cluster = self._connect()
         return self._cluster
 
     def close_cluster(self) -> None:
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
+
+    def _data_loss(self, message: str) -> None:
+        """Spark's reportDataLoss: fail the query, or with failOnDataLoss=false log and go on."""
+        if self.options.fail_on_data_loss:
+            raise DataLoss(
+                f"{message}. Some data may have been lost. If the query should go on past such a "
+                'loss, set the source option failOnDataLoss "false".'
+            )
+        log.warning("%s; going on (failOnDataLoss=false): some data may have been lost", message)
+
+    def _within_ends(
+        self, offsets: PartitionOffsets, ends: PartitionOffsets, option: str
+    ) -> PartitionOffsets:
+        """``offsets`` with each one beyond its partition's end reported as data loss and, when the query
+        goes on (failOnDataLoss=false), moved to that end."""
+        beyond = {tp: offset for tp, offset in offsets.items() if offset > ends[tp]}
+        if not beyond:
+            return offsets
+        described = ", ".join(
+            f"{t}-{p} is {o} (the end is {ends[(t, p)]})" for (t, p), o in sorted(beyond.items())
+        )
+        self._data_loss(f"{option} is beyond the partition's end: {described}")
+        return {**offsets, **{tp: ends[tp] for tp in beyond}}
 
     def _bounds(
         self,
@@ -76,7 +120,6 @@ class _ClusterHolder:
         latest: PartitionOffsets,
         *,
         ending: bool,
-        missing: int = EARLIEST,
     ) -> PartitionOffsets:
         """Where a read starts (or, ``ending``, ends): by timestamp when the options give one (they
         take precedence, as in Spark), else by the offsets spec."""
@@ -91,11 +134,12 @@ class _ClusterHolder:
             strategy = TIMESTAMP_STRATEGY_LATEST if ending else options.timestamp_strategy
             return offsets_at_timestamps(found, timestamps, latest, strategy=strategy, option=option)
         if ending:
-            return resolve_spec(options.ending_offsets, partitions, earliest, latest, missing=LATEST)
-        return resolve_spec(options.starting_offsets, partitions, earliest, latest, missing=missing)
+            return resolve_spec(options.ending_offsets, partitions, earliest, latest, option="endingOffsets")
+        return resolve_spec(options.starting_offsets, partitions, earliest, latest, option="startingOffsets")
 
     def _input_partitions(self, start: PartitionOffsets, end: PartitionOffsets) -> list[InputPartition]:
-        ranges = split_ranges(plan_ranges(start, end), self.options.min_partitions)
+        ranges = plan_ranges(start, end)
+        ranges = split_ranges(ranges, self.options.min_partitions, self.options.max_records_per_partition)
         return [InputPartition(r) for r in ranges]
 
     def read(self, partition: InputPartition | None) -> Iterator:
@@ -103,13 +147,16 @@ class _ClusterHolder:
         if offset_range is None:
             return  # nothing to read: with no partitions planned, PySpark still reads one, empty
 
-        with BlockingCluster(self.options.bootstrap, client_id=self.options.client_id) as cluster:
+        options = self.options
+        with self._connect() as cluster:
             yield from read_range(
                 cluster,
                 offset_range,
-                isolation_level=self.options.isolation_level,
-                partition_max_bytes=_partition_max_bytes(self.options),
-                fail_on_data_loss=self.options.fail_on_data_loss,
+                isolation_level=options.isolation_level,
+                partition_max_bytes=_partition_max_bytes(options),
+                fail_on_data_loss=options.fail_on_data_loss,
+                include_headers=options.include_headers,
+                poll_timeout_ms=options.poll_timeout_ms,
             )
 
 
@@ -117,6 +164,7 @@ class OnceflowStreamReader(_ClusterHolder, DataSourceStreamReader, SupportsTrigg
     def __init__(self, options: SourceOptions) -> None:
         super().__init__(options)
         self._available_now_end: PartitionOffsets | None = None
+        self._last_trigger = 0.0  # minOffsetsPerTrigger: when a batch was last let through
 
     def _latest(self) -> PartitionOffsets:
         partitions = self.cluster.subscribed_partitions(self.options)
@@ -126,8 +174,12 @@ class OnceflowStreamReader(_ClusterHolder, DataSourceStreamReader, SupportsTrigg
         partitions = self.cluster.subscribed_partitions(self.options)
         earliest = self.cluster.earliest(partitions)
         latest = self.cluster.latest(partitions, self.options.isolation_level)
-        # A stream starts partitions absent from a JSON spec at latest (a batch read: at earliest).
-        start = self._bounds(partitions, earliest, latest, ending=False, missing=LATEST)
+        start = self._bounds(partitions, earliest, latest, ending=False)
+        # A stream may start inside an open transaction: beyond the stable offset, up to the log end.
+        log_end = (
+            latest if self.options.isolation_level != _READ_COMMITTED else self.cluster.latest(partitions, 0)
+        )
+        start = self._within_ends(start, log_end, "startingOffsets")
         log.info("onceflow source starts at %s", start)
         return offsets_to_json(start)
 
@@ -140,17 +192,67 @@ class OnceflowStreamReader(_ClusterHolder, DataSourceStreamReader, SupportsTrigg
             return ReadAllAvailable()
         return ReadMaxRows(self.options.max_offsets_per_trigger)
 
+    def _checked_latest(self, begin: PartitionOffsets) -> tuple[PartitionOffsets, set[TopicPartition]]:
+        """The latest offsets, and the partitions of ``begin`` whose log end went below it. A partition
+        that is gone or went back is asked again (fetchOffset.numRetries times, fetchOffset.retryIntervalMs
+        apart: a restarting broker can answer so for a moment) before it counts as data loss."""
+        attempts = 1 if self._available_now_end is not None else 1 + self.options.fetch_offset_retries
+        for attempt in range(attempts):
+            latest = self._available_now_end if self._available_now_end is not None else self._latest()
+            gone = {tp for tp in begin if tp not in latest}
+            low = {tp for tp, offset in begin.items() if tp in latest and latest[tp] < offset}
+            if low and self.options.isolation_level == _READ_COMMITTED:
+                # Below the stable offset may only mean an open transaction: compare with the log end.
+                log_end = self.cluster.latest(sorted(low), 0)
+                low = {tp for tp in low if log_end[tp] < begin[tp]}
+            if not gone and not low:
+                return latest, set()
+            if attempt + 1 < attempts:
+                time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
+        if gone:
+            self._data_loss(f"partitions {_names(gone)} are gone")
+        if low:
+            described = ", ".join(f"{t}-{p} from {begin[(t, p)]} to {latest[(t, p)]}" for t, p in sorted(low))
+            self._data_loss(f"the end offset of a partition went back: {described}")
+        return latest, low
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = offsets_from_json(start)
-        latest = self._available_now_end if self._available_now_end is not None else self._latest()
+        latest, went_back = self._checked_latest(begin)
+        # A partition that went back starts again from its end (failOnDataLoss=false; else raised).
+        begin = {tp: offset for tp, offset in begin.items() if tp in latest}
+        begin.update({tp: latest[tp] for tp in went_back})
         new = [tp for tp in latest if tp not in begin]
         if new:
-            begin = {**begin, **self.cluster.earliest(new)}
-        # Offsets never move back, even if a restarted broker briefly reports less.
+            first = self.cluster.earliest(new)
+            late = {tp: offset for tp, offset in first.items() if offset != 0}
+            if late:
+                described = ", ".join(f"{t}-{p} starts at {o}" for (t, p), o in sorted(late.items()))
+                self._data_loss(f"new partitions do not start at offset 0: {described}")
+            begin.update(first)
+        # Offsets never move back otherwise: a stable offset below the start means a transaction is open.
         latest = {tp: max(end, begin[tp]) for tp, end in latest.items()}
+        if self._hold_back(begin, latest):
+            return start
         if isinstance(limit, ReadMaxRows):
             latest = limit_end(begin, latest, limit.max_rows)
         return offsets_to_json(latest)
+
+    def _hold_back(self, begin: PartitionOffsets, latest: PartitionOffsets) -> bool:
+        """minOffsetsPerTrigger, as Spark's Kafka source: no batch while fewer offsets wait, unless
+        maxTriggerDelay passed since the last batch (Trigger.AvailableNow reads what is there)."""
+        minimum = self.options.min_offsets_per_trigger
+        if minimum is None or self._available_now_end is not None:
+            return False
+        now = time.time()
+        if (now - self._last_trigger) * 1000 >= self.options.max_trigger_delay_ms:
+            self._last_trigger = now
+            return False
+        waiting = sum(max(0, end - begin[tp]) for tp, end in latest.items())
+        if waiting < minimum:
+            return True
+        self._last_trigger = now
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         return offsets_to_json(self._latest())
@@ -172,8 +274,18 @@ class OnceflowBatchReader(_ClusterHolder, DataSourceReader):
             partitions = self.cluster.subscribed_partitions(self.options)
             earliest = self.cluster.earliest(partitions)
             latest = self.cluster.latest(partitions, self.options.isolation_level)
-            start = self._bounds(partitions, earliest, latest, ending=False)
-            end = self._bounds(partitions, earliest, latest, ending=True)
+            start = self._within_ends(
+                self._bounds(partitions, earliest, latest, ending=False), latest, "startingOffsets"
+            )
+            end = self._within_ends(
+                self._bounds(partitions, earliest, latest, ending=True), latest, "endingOffsets"
+            )
         finally:
             self.close_cluster()
+        after = {tp: (start[tp], end[tp]) for tp in start if start[tp] > end[tp]}
+        if after:
+            described = ", ".join(
+                f"{t}-{p} starts at {a} and ends at {b}" for (t, p), (a, b) in sorted(after.items())
+            )
+            raise ValueError(f"the read starts after it ends: {described}")
         return self._input_partitions(start, end)

@@ -58,7 +58,10 @@ class LogOffsetsTopic:
     def replay(self, partition: int) -> Iterator[StoredBatch]:
         if self._topics.get(CONSUMER_OFFSETS_TOPIC) is None:
             return
-        plog = self._topics.get_partition(CONSUMER_OFFSETS_TOPIC, partition).log
+        try:
+            plog = self._topics.get_partition(CONSUMER_OFFSETS_TOPIC, partition).log
+        except KafkaError:
+            return  # led by another broker of the cluster: its coordinator replays it
         for header, view in plog.iter_batches(plog.log_start_offset):
             try:
                 decoded = next(iter(decode_batches(view)))

@@ -27,6 +27,7 @@ from onceflow.broker.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_quorum,
     describe_transactions,
     elect_leaders,
     end_txn,
@@ -68,6 +69,7 @@ HANDLERS = [
     create_partitions,
     describe_cluster,
     elect_leaders,
+    describe_quorum,  # the metadata quorum, asked of its leader
     # client quotas (broker/quotas)
     describe_client_quotas,
     alter_client_quotas,

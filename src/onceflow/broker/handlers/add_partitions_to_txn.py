@@ -11,6 +11,7 @@ from kafka.protocol.producer import AddPartitionsToTxnRequest, AddPartitionsToTx
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.txn.errors import wire_code
+from onceflow.broker.txn.metadata import TV_0, TV_2
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 24
@@ -37,7 +38,9 @@ def _topic_results(codes: dict[tuple[str, int], ErrorCode]) -> list[_TopicResult
     return [_TopicResult(name=name, results_by_partition=results) for name, results in by_topic.items()]
 
 
-async def _add(ctx: RequestContext, tid: str, pid: int, epoch: int, topics, verify_only: bool):
+async def _add(
+    ctx: RequestContext, tid: str, pid: int, epoch: int, topics, verify_only: bool, batched: bool = False
+):
     wanted = _partitions(topics)
     if ctx.transactions is None:
         return dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -52,7 +55,11 @@ async def _add(ctx: RequestContext, tid: str, pid: int, epoch: int, topics, veri
             for tp in wanted
         }
     try:
-        await coordinator.add_partitions_to_txn(tid, pid, epoch, wanted)
+        # v4+ without verify_only comes from a partition leader adding for a produce of transaction
+        # protocol v2 (Kafka's brokers send no other).
+        await coordinator.add_partitions_to_txn(
+            tid, pid, epoch, wanted, transaction_version=TV_2 if batched else TV_0
+        )
     except KafkaError as exc:
         return dict.fromkeys(wanted, wire_code(exc, API_KEY, ctx.api_version))
     return dict.fromkeys(wanted, ErrorCode.NONE)
@@ -79,7 +86,13 @@ async def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> Add
     results = []
     for txn in request.transactions or []:
         codes = await _add(
-            ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, bool(txn.verify_only)
+            ctx,
+            txn.transactional_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            txn.topics,
+            bool(txn.verify_only),
+            batched=True,
         )
         results.append(_Result(transactional_id=txn.transactional_id, topic_results=_topic_results(codes)))
     return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=0, results_by_transaction=results)

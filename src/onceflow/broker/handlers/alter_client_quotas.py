@@ -7,6 +7,9 @@ empty, repeated or unknown entity type, an empty name, an unknown key, a value n
 fractional byte rate, a key given twice, or an entity given twice. The valid entries are saved
 together (``quotas.store``) before the answer goes out; ``validate_only`` checks and changes nothing.
 A store that cannot be written answers KAFKA_STORAGE_ERROR for every entry that would have changed.
+
+On a cluster broker the quotas are the metadata image's: the request goes on to the active
+controller (which checks it the same way), and the answer once this broker's image has the change.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections import Counter
 from kafka.protocol.admin import AlterClientQuotasRequest, AlterClientQuotasResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.forwarding import forward, wait_visible
 from onceflow.broker.quotas.entities import Entity, check_ops, entity
 from onceflow.protocol.errors import ErrorCode, InvalidRequest, KafkaError
 
@@ -29,6 +33,39 @@ REQUEST = AlterClientQuotasRequest
 
 _Entry = AlterClientQuotasResponse.EntryData
 _EntityData = _Entry.EntityData
+
+
+async def _forwarded(ctx: RequestContext, request, changes) -> AlterClientQuotasResponse:
+    """A cluster broker: the active controller decides (and checks) the change; the answer goes once
+    this broker's image has the valid entries' new values."""
+    try:
+        response = await forward(ctx, request)
+    except KafkaError as exc:
+        return AlterClientQuotasResponse(
+            throttle_time_ms=0,
+            entries=[
+                _Entry(
+                    error_code=int(exc.code),
+                    error_message=str(exc),
+                    entity=[
+                        _EntityData(entity_type=e.entity_type, entity_name=e.entity_name) for e in item.entity
+                    ],
+                )
+                for item in request.entries or []
+            ],
+        )
+    if not request.validate_only and changes:
+        expected = {}
+        for quota_entity, ops in changes:
+            values = dict(ctx.metadata.image.quotas(quota_entity))
+            for key, value in ops.items():
+                if value is None:
+                    values.pop(key, None)
+                else:
+                    values[key] = value
+            expected[quota_entity] = values
+        await wait_visible(ctx, lambda image: all(dict(image.quotas(e)) == v for e, v in expected.items()))
+    return response
 
 
 async def handle(ctx: RequestContext, request: AlterClientQuotasRequest) -> AlterClientQuotasResponse:
@@ -53,6 +90,8 @@ async def handle(ctx: RequestContext, request: AlterClientQuotasRequest) -> Alte
             results.append((int(ErrorCode.NONE), None))
         except KafkaError as exc:
             results.append((int(exc.code), str(exc)))
+    if ctx.quotas is not None and ctx.services.quotas_from_metadata:
+        return await _forwarded(ctx, request, changes)
     if ctx.quotas is None:
         results = [(int(ErrorCode.UNKNOWN_SERVER_ERROR), "client quotas are not available")] * len(entries)
     else:

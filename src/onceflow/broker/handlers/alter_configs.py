@@ -21,4 +21,4 @@ async def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConf
         entries = [(c.name, c.value) for c in resource.configs or []]
         return lambda _current: replaced_overrides(entries)
 
-    return answer_resources(ctx, request, AlterConfigsResponse, new_overrides_for)
+    return await answer_resources(ctx, request, AlterConfigsResponse, new_overrides_for)

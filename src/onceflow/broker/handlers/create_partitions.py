@@ -1,7 +1,9 @@
-"""CreatePartitions (37): grow topics to a larger partition count (Kafka never shrinks a topic).
+"""CreatePartitions (37): grow topics to a larger partition count (Kafka never shrinks a topic),
+decided by the active controller (``broker.forwarding``), which places the new partitions.
 
 As in Kafka, one request may add at most 10,000 partitions in all; above that every topic of the
-request is refused with POLICY_VIOLATION and nothing is created.
+request is refused with POLICY_VIOLATION and nothing is created. The answer goes once this broker's
+image has the new partitions.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from kafka.protocol.admin import CreatePartitionsRequest, CreatePartitionsResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.forwarding import forward, wait_visible
 from onceflow.broker.topics import MAX_PARTITIONS_PER_REQUEST
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
@@ -20,26 +23,8 @@ REQUEST = CreatePartitionsRequest
 _Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 
-def _grow(ctx: RequestContext, topic, validate_only: bool) -> None:
-    if topic.assignments is not None:
-        current = ctx.topics.get(topic.name)
-        new_partitions = topic.count - (len(current.partitions) if current else 0)
-        if len(topic.assignments) != new_partitions:
-            raise KafkaError(
-                f"{len(topic.assignments)} assignments were given for {new_partitions} new partitions",
-                ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
-            )
-        for assignment in topic.assignments:
-            if list(assignment.broker_ids) != [ctx.config.node_id]:
-                raise KafkaError(
-                    f"assignment to brokers {list(assignment.broker_ids)}; the only broker is {ctx.config.node_id}",
-                    ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
-                )
-    ctx.topics.create_partitions(topic.name, topic.count, validate_only=validate_only)
-
-
 def _new_partitions(ctx: RequestContext, topic) -> int:
-    current = ctx.topics.get(topic.name)
+    current = ctx.metadata.image.topic(topic.name)
     return max(topic.count - len(current.partitions), 0) if current is not None else 0
 
 
@@ -57,24 +42,28 @@ async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> Creat
                 for topic in request.topics
             ],
         )
-    names = [t.name for t in request.topics]
-    results = []
-    for topic in request.topics:
-        if names.count(topic.name) > 1:
-            results.append(
-                _Result(
-                    name=topic.name,
-                    error_code=int(ErrorCode.INVALID_REQUEST),
-                    error_message="duplicate topic in request",
-                )
+    try:
+        response = await forward(ctx, request)
+    except KafkaError as exc:
+        return CreatePartitionsResponse(
+            throttle_time_ms=0,
+            results=[
+                _Result(name=t.name, error_code=int(error_code_for(exc)), error_message=str(exc))
+                for t in request.topics
+            ],
+        )
+    grown = {
+        t.name: t.count
+        for t, result in zip(request.topics, response.results, strict=False)
+        if result.error_code == 0 and not request.validate_only
+    }
+    if grown:
+
+        def has_them(image) -> bool:
+            return all(
+                image.topic(name) is not None and len(image.topic(name).partitions) >= count
+                for name, count in grown.items()
             )
-            continue
-        try:
-            _grow(ctx, topic, request.validate_only)
-        except KafkaError as exc:
-            results.append(
-                _Result(name=topic.name, error_code=int(error_code_for(exc)), error_message=str(exc))
-            )
-        else:
-            results.append(_Result(name=topic.name, error_code=0, error_message=None))
-    return CreatePartitionsResponse(throttle_time_ms=0, results=results)
+
+        await wait_visible(ctx, has_them)
+    return response

@@ -1,59 +1,38 @@
-"""CreateTopics (19): new topics with a partition count and config overrides, or a dry run.
+"""CreateTopics (19): new topics with a partition count, replication factor and config overrides, or
+a dry run; decided by the active controller (``broker.forwarding``), which places the partitions over
+the live brokers.
 
-One broker: the replication factor must be -1 (the default) or 1, and manual assignments may only
-name this broker. As in Kafka, a request that would make more than 10,000 partitions in all is refused
-as a whole (POLICY_VIOLATION for each of its topics) before anything is checked or created.
+Checked here first: a request that would make more than 10,000 partitions in all is refused as a
+whole (POLICY_VIOLATION for each of its topics), as Kafka's controller does; and while partitions
+are not replicated (``replication_support``), a user topic may have only one replica
+(INVALID_REPLICATION_FACTOR saying so). A created topic is answered once this broker has it, with
+its configs as DescribeConfigs would give them (v5+).
 """
 
 from __future__ import annotations
 
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+import logging
+
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.forwarding import forward, wait_visible
+from onceflow.broker.replication_support import replication_factor_refusal
 from onceflow.broker.topic_configs import describe_topic_configs
 from onceflow.broker.topics import MAX_PARTITIONS_PER_REQUEST
-from onceflow.protocol.errors import (
-    ErrorCode,
-    InvalidPartitions,
-    InvalidReplicationFactor,
-    InvalidRequest,
-    KafkaError,
-    error_code_for,
-)
+from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+
+log = logging.getLogger(__name__)
 
 API_KEY = 19
 MIN_VERSION = 2
 MAX_VERSION = 7
 REQUEST = CreateTopicsRequest
 
+DELETE_TOPICS_KEY, DELETE_TOPICS_VERSION = 20, 6
+
 _Result = CreateTopicsResponse.CreatableTopicResult
 _Config = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
-
-
-def _partition_count(ctx: RequestContext, topic) -> int:
-    if topic.assignments:
-        if topic.num_partitions != -1 or topic.replication_factor != -1:
-            raise InvalidRequest("both manual assignments and numPartitions/replicationFactor were given")
-        for assignment in topic.assignments:
-            if list(assignment.broker_ids) != [ctx.config.node_id]:
-                raise KafkaError(
-                    f"partition {assignment.partition_index} is assigned to brokers {list(assignment.broker_ids)}; "
-                    f"the only broker is {ctx.config.node_id}",
-                    ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
-                )
-        return len(topic.assignments)
-    if topic.replication_factor not in (-1, 1):
-        raise InvalidReplicationFactor(
-            f"Unable to replicate the partition {topic.replication_factor} time(s): the target replication "
-            "factor cannot be reached because only 1 broker is registered."
-        )
-    if topic.num_partitions == -1:
-        return ctx.config.num_partitions
-    if topic.num_partitions < 1:
-        raise InvalidPartitions(
-            f"Number of partitions was set to an invalid non-positive value {topic.num_partitions}."
-        )
-    return topic.num_partitions
 
 
 def _requested_partitions(ctx: RequestContext, topic) -> int:
@@ -66,37 +45,43 @@ def _requested_partitions(ctx: RequestContext, topic) -> int:
     return max(topic.num_partitions, 0)
 
 
-def _create(ctx: RequestContext, topic, validate_only: bool) -> _Result:
-    configs = {c.name: c.value for c in topic.configs}
-    count = _partition_count(ctx, topic)
-    created = ctx.topics.create_topic(topic.name, count, configs, validate_only=validate_only)
-    return _Result(
-        name=topic.name,
-        topic_id=created.topic_id if not validate_only else None,
-        error_code=0,
-        error_message=None,
-        topic_config_error_code=0,
-        num_partitions=count,
-        replication_factor=1,
-        configs=[
-            _Config(
-                name=c.name, value=c.value, read_only=c.read_only, config_source=c.source, is_sensitive=False
-            )
-            for c in describe_topic_configs(created.configs, ctx.config)
-        ],
-    )
-
-
 def _failed(name: str, code: ErrorCode, message: str | None) -> _Result:
     return _Result(
         name=name,
         topic_id=None,
         error_code=int(code),
         error_message=message,
+        topic_config_error_code=0,
         num_partitions=-1,
         replication_factor=-1,
         configs=[],
     )
+
+
+def _with_described_configs(ctx: RequestContext, result, overrides: dict[str, str | None]) -> None:
+    result.configs = [
+        _Config(name=c.name, value=c.value, read_only=c.read_only, config_source=c.source, is_sensitive=False)
+        for c in describe_topic_configs({k: v for k, v in overrides.items() if v is not None}, ctx.config)
+    ]
+
+
+async def _undo_if_unopened(ctx: RequestContext, topic, answers: dict) -> None:
+    """A created topic whose logs this broker could not open (no descriptor or disk space left) is
+    deleted again and answered KAFKA_STORAGE_ERROR: nothing half-made stays behind."""
+    failures = ctx.topics.open_failures(topic.name)
+    if not failures:
+        return
+    request = DeleteTopicsRequest(
+        topics=[DeleteTopicsRequest.DeleteTopicState(name=topic.name, topic_id=None)],
+        topic_names=[topic.name],
+        timeout_ms=30000,
+    )
+    try:
+        await forward(ctx, request, DELETE_TOPICS_KEY, DELETE_TOPICS_VERSION)
+        await wait_visible(ctx, lambda image: image.topic(topic.name) is None)
+    except KafkaError as exc:
+        log.warning("could not delete %s again after failing to open it: %s", topic.name, exc)
+    answers[id(topic)] = _failed(topic.name, ErrorCode.KAFKA_STORAGE_ERROR, failures[0])
 
 
 async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
@@ -110,16 +95,39 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
             throttle_time_ms=0,
             topics=[_failed(topic.name, ErrorCode.POLICY_VIOLATION, message) for topic in request.topics],
         )
-    names = [t.name for t in request.topics]
-    results = []
-    for topic in request.topics:
-        if names.count(topic.name) > 1:
-            results.append(
-                _failed(topic.name, ErrorCode.INVALID_REQUEST, "the request names this topic more than once")
-            )
-            continue
+    original = list(request.topics)
+    refused = {}
+    for topic in original:
+        message = replication_factor_refusal(ctx, topic)
+        if message is not None:
+            refused[id(topic)] = _failed(topic.name, ErrorCode.INVALID_REPLICATION_FACTOR, message)
+    forwarded = [topic for topic in original if id(topic) not in refused]
+    answers: dict[int, object] = {}
+    if forwarded:
+        request.topics = forwarded
         try:
-            results.append(_create(ctx, topic, request.validate_only))
+            response = await forward(ctx, request)
         except KafkaError as exc:
-            results.append(_failed(topic.name, error_code_for(exc), str(exc)))
+            answers = {id(t): _failed(t.name, error_code_for(exc), str(exc)) for t in forwarded}
+        else:
+            # The controller answers each topic in request order (a repeated name gets two answers).
+            answers = {id(t): result for t, result in zip(forwarded, response.topics, strict=False)}
+    created = [
+        t.name
+        for t in forwarded
+        if id(t) in answers and answers[id(t)].error_code == 0 and not request.validate_only
+    ]
+    if created:
+        await wait_visible(ctx, lambda image: all(image.topic(name) is not None for name in created))
+        for topic in forwarded:
+            if topic.name in created:
+                await _undo_if_unopened(ctx, topic, answers)
+    results = []
+    for topic in original:
+        result = refused.get(id(topic)) or answers.get(id(topic))
+        if result is None:
+            continue
+        if result.error_code == 0 and ctx.api_version >= 5:
+            _with_described_configs(ctx, result, {c.name: c.value for c in topic.configs})
+        results.append(result)
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)

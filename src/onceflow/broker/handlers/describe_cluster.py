@@ -1,4 +1,6 @@
-"""DescribeCluster (60): the cluster id, the controller (us) and the brokers (us)."""
+"""DescribeCluster (60): the cluster id, the controller and the brokers, from the metadata image:
+each registered broker's endpoint on the listener the request came in on (fenced ones only from v2
+when asked, with ``is_fenced``)."""
 
 from __future__ import annotations
 
@@ -46,21 +48,30 @@ async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> Descri
             ErrorCode.MISMATCHED_ENDPOINT_TYPE,
             "this endpoint is a broker; it describes broker endpoints only",
         )
-    broker = DescribeClusterResponse.DescribeClusterBroker(
-        broker_id=ctx.config.node_id,
-        host=services.advertised_host,
-        port=services.advertised_port,
-        rack=None,
-        is_fenced=False,
-    )
+    include_fenced = ctx.api_version >= 2 and bool(getattr(request, "include_fenced_brokers", False))
+    brokers = []
+    for broker_id in sorted(ctx.metadata.image.brokers):
+        registration = ctx.metadata.image.brokers[broker_id]
+        endpoint = registration.endpoint(ctx.listener)
+        if endpoint is None or (registration.fenced and not include_fenced):
+            continue
+        brokers.append(
+            DescribeClusterResponse.DescribeClusterBroker(
+                broker_id=broker_id,
+                host=endpoint.host,
+                port=endpoint.port,
+                rack=registration.rack,
+                is_fenced=registration.fenced,
+            )
+        )
     return DescribeClusterResponse(
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
         endpoint_type=ENDPOINT_BROKERS,
         cluster_id=services.cluster_id,
-        controller_id=ctx.config.node_id,
-        brokers=[broker],
+        controller_id=ctx.metadata.controller_id(),
+        brokers=brokers,
         authorized_operations=authorized_operations.reported(
             authorized_operations.CLUSTER, bool(request.include_cluster_authorized_operations)
         ),

@@ -1,17 +1,17 @@
-"""ElectLeaders (43), KIP-460: with one broker every partition already has its preferred leader (the
-only replica), so, as Kafka's controller answers then, each requested partition gets
-ELECTION_NOT_NEEDED (for both election types: the unclean one is needed only by a partition without a
-leader), and a partition that does not exist UNKNOWN_TOPIC_OR_PARTITION. A null partition list asks
-for every partition, and then, as in Kafka, partitions that need no election are left out of the
-answer: every topic is listed, with no partitions. An election type other than preferred (0) or
-unclean (1) fails the whole request with INVALID_REQUEST."""
+"""ElectLeaders (43), KIP-460: preferred (0) or unclean (1) leader elections, decided by the active
+controller (``broker.forwarding``; its rules are in docs/controller.md): ELECTION_NOT_NEEDED for a
+partition already led as asked, UNKNOWN_TOPIC_OR_PARTITION for one that does not exist. A null
+partition list asks for every partition, and then, as in Kafka, partitions that need no election are
+left out of the answer. An election type other than preferred or unclean fails the whole request
+with INVALID_REQUEST, here, before anything is sent on."""
 
 from __future__ import annotations
 
 from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.protocol.errors import ErrorCode
+from onceflow.broker.forwarding import forward
+from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 43
 MIN_VERSION = 0
@@ -34,15 +34,6 @@ def _answer(topic: str, partitions: list[tuple[int, ErrorCode, str | None]]) -> 
     )
 
 
-def _partition_error(ctx: RequestContext, topic: str, partition: int) -> tuple[ErrorCode, str | None]:
-    found = ctx.topics.get(topic)
-    if found is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic}"
-    if not 0 <= partition < len(found.partitions):
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {topic}-{partition}"
-    return ErrorCode.ELECTION_NOT_NEEDED, None
-
-
 async def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
     # v0 has no election type: it always asks for the preferred leader.
     election_type = request.election_type if ctx.api_version >= 1 else PREFERRED
@@ -56,10 +47,11 @@ async def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLead
         return ElectLeadersResponse(
             throttle_time_ms=0, error_code=int(ErrorCode.INVALID_REQUEST), replica_election_results=results
         )
-    if wanted is None:
-        results = [_answer(topic.name, []) for topic in ctx.topics]
-    else:
-        results = [
-            _answer(t.topic, [(p, *_partition_error(ctx, t.topic, p)) for p in t.partitions]) for t in wanted
-        ]
-    return ElectLeadersResponse(throttle_time_ms=0, error_code=0, replica_election_results=results)
+    if ctx.api_version == 0:
+        request.election_type = PREFERRED
+    try:
+        return await forward(ctx, request)
+    except KafkaError as exc:
+        return ElectLeadersResponse(
+            throttle_time_ms=0, error_code=int(error_code_for(exc)), replica_election_results=[]
+        )

@@ -1,4 +1,11 @@
-"""FindCoordinator (10): this broker coordinates every group and every transactional id.
+"""FindCoordinator (10): the broker coordinating a group or a transactional id.
+
+A group's coordinator is the leader of its ``__consumer_offsets`` partition, a transactional id's the
+leader of its ``__transaction_state`` partition (Kafka's ``abs(hash) % partitions``), as the metadata
+image says, with that broker's endpoint on the listener the request came in on. If the internal topic
+does not exist yet it is created first (through the active controller, one replica per partition
+until partitions are replicated), as Kafka's broker does on the first FindCoordinator; a partition
+with no leader right now is COORDINATOR_NOT_AVAILABLE (the client asks again).
 
 v0-3 ask for one key; v4+ batch them (``coordinator_keys``, KIP-699). Key type 0 is a group,
 1 a transactional id; anything else is INVALID_REQUEST.
@@ -9,6 +16,10 @@ from __future__ import annotations
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.forwarding import create_topics_now
+from onceflow.broker.group.config import GroupCoordinatorConfig
+from onceflow.broker.topics import INTERNAL_TOPIC_CONFIGS
+from onceflow.broker.txn.config import partition_for_key
 from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 10
@@ -18,43 +29,75 @@ REQUEST = FindCoordinatorRequest
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+CONSUMER_OFFSETS = "__consumer_offsets"
+TRANSACTION_STATE = "__transaction_state"
 
 _Coordinator = FindCoordinatorResponse.Coordinator
 
 
-def _answer(ctx: RequestContext, key_type: int) -> tuple[ErrorCode, str | None]:
+def _topic_for(ctx: RequestContext, key_type: int) -> tuple[str, int, dict[str, str]]:
+    """(internal topic, partitions it is created with, its configs) of a key type."""
+    if key_type == GROUP_KEY_TYPE:
+        # The group coordinator's offsets.topic.num.partitions: it hashes groups onto that count.
+        segment = str(ctx.config.offsets_topic_segment_bytes)
+        return (
+            CONSUMER_OFFSETS,
+            GroupCoordinatorConfig().offsets_topic_num_partitions,
+            {**INTERNAL_TOPIC_CONFIGS, "segment.bytes": segment},
+        )
+    segment = str(ctx.config.transaction_state_log_segment_bytes)
+    return (
+        TRANSACTION_STATE,
+        ctx.config.transaction_state_log_num_partitions,
+        {**INTERNAL_TOPIC_CONFIGS, "segment.bytes": segment},
+    )
+
+
+async def _ensure_topic(ctx: RequestContext, key_type: int) -> ErrorCode:
+    name, partitions, configs = _topic_for(ctx, key_type)
+    if ctx.metadata.image.topic(name) is not None:
+        return ErrorCode.NONE
+    code, _message = (await create_topics_now(ctx, [(name, partitions, 1, configs)]))[name]
+    if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return (
+        ErrorCode.NONE if ctx.metadata.image.topic(name) is not None else ErrorCode.COORDINATOR_NOT_AVAILABLE
+    )
+
+
+def _locate(
+    ctx: RequestContext, key_type: int, key: str
+) -> tuple[ErrorCode, str | None, tuple[int, str, int]]:
+    none = (-1, "", -1)
     if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
-        return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
-    return ErrorCode.NONE, None
+        return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}", none
+    name, _partitions, _configs = _topic_for(ctx, key_type)
+    image = ctx.metadata.image
+    topic = image.topic(name)
+    if topic is None or not topic.partitions:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{name} does not exist yet", none
+    partition = partition_for_key(key or "", len(topic.partitions))
+    found = image.leader_endpoint(name, partition, ctx.listener)
+    if found is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{name}-{partition} has no leader right now", none
+    return ErrorCode.NONE, None, found
 
 
 async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
-    node = ctx.config.node_id
-    host, port = ctx.services.advertised_host, ctx.services.advertised_port
     key_type = request.key_type if ctx.api_version >= 1 else GROUP_KEY_TYPE
+    if key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
+        await _ensure_topic(ctx, key_type)
     if ctx.api_version >= 4:
         coordinators = []
         for key in request.coordinator_keys or []:
-            error, message = _answer(ctx, key_type)
-            ok = error is ErrorCode.NONE
+            error, message, (node, host, port) = _locate(ctx, key_type, key)
             coordinators.append(
                 _Coordinator(
-                    key=key,
-                    node_id=node if ok else -1,
-                    host=host if ok else "",
-                    port=port if ok else -1,
-                    error_code=int(error),
-                    error_message=message,
+                    key=key, node_id=node, host=host, port=port, error_code=int(error), error_message=message
                 )
             )
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-    error, message = _answer(ctx, key_type)
-    ok = error is ErrorCode.NONE
+    error, message, (node, host, port) = _locate(ctx, key_type, request.key)
     return FindCoordinatorResponse(
-        throttle_time_ms=0,
-        error_code=int(error),
-        error_message=message,
-        node_id=node if ok else -1,
-        host=host if ok else "",
-        port=port if ok else -1,
+        throttle_time_ms=0, error_code=int(error), error_message=message, node_id=node, host=host, port=port
     )

@@ -4,16 +4,25 @@ use (``kafka-configs --alter``, confluent-kafka's ``incremental_alter_configs``)
 Each resource gets its own answer. Topics only: onceflow's broker configs are static (read-only in
 DescribeConfigs), so a BROKER resource is refused with INVALID_REQUEST, as is any other type.
 ``validate_only`` checks everything and changes nothing.
+
+The broker works out the topic's new set of overrides from the image's current one and checks it;
+the active controller then makes that set the topic's (an AlterConfigs of the whole set, forwarded),
+and the answer goes once this broker's image has it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 
 from onceflow.broker.config_changes import incremental_overrides
 from onceflow.broker.context import RequestContext
+from onceflow.broker.forwarding import forward, wait_visible
 from onceflow.broker.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
 from onceflow.broker.topic_configs import TOPIC_CONFIG_TYPES, TYPE_LIST, topic_defaults
 from onceflow.protocol.errors import ErrorCode, InvalidRequest, KafkaError, UnknownTopicOrPartition
@@ -26,7 +35,30 @@ REQUEST = IncrementalAlterConfigsRequest
 _LIST_CONFIGS = frozenset(name for name, kind in TOPIC_CONFIG_TYPES.items() if kind == TYPE_LIST)
 
 
-def alter_resource(
+ALTER_CONFIGS_KEY = 33
+ALTER_CONFIGS_VERSION = 2
+
+
+async def _set_topic_configs(ctx: RequestContext, name: str, overrides: dict[str, str]) -> None:
+    """Make ``overrides`` the topic's whole set, through the active controller."""
+    resource = AlterConfigsRequest.AlterConfigsResource
+    request = AlterConfigsRequest(
+        resources=[
+            resource(
+                resource_type=RESOURCE_TOPIC,
+                resource_name=name,
+                configs=[resource.AlterableConfig(name=k, value=v) for k, v in overrides.items()],
+            )
+        ],
+        validate_only=False,
+    )
+    answer = (await forward(ctx, request, ALTER_CONFIGS_KEY, ALTER_CONFIGS_VERSION)).responses[0]
+    if answer.error_code:
+        raise KafkaError(answer.error_message or "", answer.error_code)
+    await wait_visible(ctx, lambda image: dict(image.topic_config(name)) == overrides)
+
+
+async def alter_resource(
     ctx: RequestContext,
     resource_type: int,
     resource_name: str,
@@ -42,20 +74,21 @@ def alter_resource(
         topic = ctx.topics.get(resource_name)
         if topic is None:
             raise UnknownTopicOrPartition(f"topic {resource_name!r} does not exist")
-        ctx.topics.alter_topic_configs(
-            resource_name, new_overrides(topic.configs), validate_only=validate_only
-        )
+        new = new_overrides(topic.configs)
+        ctx.topics.alter_topic_configs(resource_name, new, validate_only=True)
+        if not validate_only:
+            await _set_topic_configs(ctx, resource_name, new)
     except KafkaError as exc:
         return int(exc.code), str(exc)
     return int(ErrorCode.NONE), None
 
 
-def answer_resources(ctx: RequestContext, request, response_cls, new_overrides_for):
+async def answer_resources(ctx: RequestContext, request, response_cls, new_overrides_for):
     """Both AlterConfigs APIs: ``new_overrides_for(resource)`` gives the function from a topic's
     current overrides to its new ones; every resource gets its own answer in ``response_cls``."""
     responses = []
     for resource in request.resources or []:
-        code, message = alter_resource(
+        code, message = await alter_resource(
             ctx,
             resource.resource_type,
             resource.resource_name,
@@ -82,4 +115,4 @@ async def handle(
         operations = [(c.name, c.config_operation, c.value) for c in resource.configs or []]
         return lambda current: incremental_overrides(current, operations, defaults, _LIST_CONFIGS)
 
-    return answer_resources(ctx, request, IncrementalAlterConfigsResponse, new_overrides_for)
+    return await answer_resources(ctx, request, IncrementalAlterConfigsResponse, new_overrides_for)

@@ -27,7 +27,6 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 READ_COMMITTED = 1
 LOG_APPEND_TIME = 1
-LEADER_EPOCH = 0  # one broker, never a leader change
 
 _TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 _PartitionResponse = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
@@ -98,7 +97,8 @@ def _lookup(plog, timestamp: int, read_committed: bool) -> tuple[int, int]:
 
 def _partition(ctx: RequestContext, topic: str, part, read_committed: bool) -> _PartitionResponse:
     try:
-        plog = ctx.topics.get_partition(topic, part.partition_index).log
+        partition = ctx.topics.get_partition(topic, part.partition_index)
+        plog = partition.log
         offset, timestamp = _lookup(plog, part.timestamp, read_committed)
     except KafkaError as exc:
         return _PartitionResponse(
@@ -113,7 +113,7 @@ def _partition(ctx: RequestContext, topic: str, part, read_committed: bool) -> _
         error_code=0,
         timestamp=timestamp,
         offset=offset,
-        leader_epoch=LEADER_EPOCH if offset >= 0 else -1,
+        leader_epoch=partition.leader_epoch if offset >= 0 else -1,
     )
 
 

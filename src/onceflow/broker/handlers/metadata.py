@@ -1,8 +1,11 @@
-"""Metadata (3): brokers (just us), the cluster id, and topics with their partitions.
+"""Metadata (3): the brokers, the cluster id, and topics with their partitions, from the metadata
+image this broker has replayed: every partition's real leader, leader epoch, replicas and ISR, every
+alive broker's endpoint on the listener the request came in on.
 
 Unknown topics are auto-created when both the request allows it (``allow_auto_topic_creation``,
-always allowed before v4) and ``auto.create.topics.enable`` is on, like Kafka; internal topics are
-never auto-created here (their coordinators create them).
+always allowed before v4) and ``auto.create.topics.enable`` is on, like Kafka: a CreateTopics sent on
+to the active controller, answered once this broker has the topic; internal topics are never
+auto-created here (their coordinators create them).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
-from onceflow.broker.topics import INTERNAL_TOPICS, Topic, validate_topic_name
+from onceflow.broker.forwarding import create_topics_now
+from onceflow.broker.topics import INTERNAL_TOPICS, validate_topic_name
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 log = logging.getLogger(__name__)
@@ -27,25 +31,31 @@ _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
 
 
-def topic_metadata(ctx: RequestContext, topic: Topic) -> _Topic:
-    node = ctx.config.node_id
+def topic_metadata(ctx: RequestContext, topic) -> _Topic:
+    """A topic of the image (``TopicImage``) as Metadata describes it."""
+    image = ctx.metadata.image
+    partitions = []
+    for index in sorted(topic.partitions):
+        p = topic.partitions[index]
+        offline = [b for b in p.replicas if image.broker(b) is None or image.broker(b).fenced]
+        leader_code = ErrorCode.NONE if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
+        partitions.append(
+            _Partition(
+                error_code=int(leader_code),
+                partition_index=index,
+                leader_id=p.leader,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=list(p.replicas),
+                isr_nodes=list(p.isr),
+                offline_replicas=offline,
+            )
+        )
     return _Topic(
         error_code=0,
         name=topic.name,
-        topic_id=topic.topic_id,
-        is_internal=topic.internal,
-        partitions=[
-            _Partition(
-                error_code=0,
-                partition_index=p.index,
-                leader_id=node,
-                leader_epoch=0,
-                replica_nodes=[node],
-                isr_nodes=[node],
-                offline_replicas=[],
-            )
-            for p in topic.partitions
-        ],
+        topic_id=topic.id,
+        is_internal=topic.name in INTERNAL_TOPICS,
+        partitions=partitions,
     )
 
 
@@ -53,8 +63,8 @@ def _error_topic(name: str | None, code: ErrorCode, topic_id=None) -> _Topic:
     return _Topic(error_code=int(code), name=name, topic_id=topic_id, is_internal=False, partitions=[])
 
 
-def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: bool) -> _Topic:
-    topic = ctx.topics.get(name)
+async def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: bool) -> _Topic:
+    topic = ctx.metadata.image.topic(name)
     if topic is not None:
         return topic_metadata(ctx, topic)
     try:
@@ -63,51 +73,55 @@ def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: bool) -
         return _error_topic(name, error_code_for(exc))
     if not (allow_auto_create and ctx.config.auto_create_topics_enable) or name in INTERNAL_TOPICS:
         return _error_topic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    try:
-        topic = ctx.topics.create_topic(name, ctx.config.num_partitions)
-    except KafkaError as exc:
-        return _error_topic(name, error_code_for(exc))
-    log.info("auto-created topic %s for client %s", name, ctx.client_id)
+    code, _message = (await create_topics_now(ctx, [(name, -1, -1, {})]))[name]
+    if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+        return _error_topic(name, code)
+    topic = ctx.metadata.image.topic(name)
+    if topic is None:  # created, and not replayed here yet: the client asks again
+        return _error_topic(name, ErrorCode.LEADER_NOT_AVAILABLE)
+    if code is ErrorCode.NONE:
+        log.info("auto-created topic %s for client %s", name, ctx.client_id)
     return topic_metadata(ctx, topic)
 
 
 async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     version = ctx.api_version
+    image = ctx.metadata.image
     allow_auto_create = request.allow_auto_topic_creation if version >= 4 else True
     # v0: an empty list means all topics; v1+: null means all topics, empty means none.
     all_topics = request.topics is None or (version == 0 and not request.topics)
     if all_topics:
-        topics = [topic_metadata(ctx, t) for t in ctx.topics if not (t.internal and version == 0)]
+        topics = [
+            topic_metadata(ctx, t)
+            for t in sorted(image.topics.values(), key=lambda t: t.name)
+            if not (t.name in INTERNAL_TOPICS and version == 0)
+        ]
     else:
         topics = []
         for wanted in request.topics:
             if wanted.name is None and wanted.topic_id is not None:
-                topic = ctx.topics.get_by_id(wanted.topic_id)
+                topic = image.topic_by_id(wanted.topic_id)
                 if topic is None:
                     topics.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
                 else:
                     topics.append(topic_metadata(ctx, topic))
             else:
-                topics.append(_lookup_or_create(ctx, wanted.name, allow_auto_create))
+                topics.append(await _lookup_or_create(ctx, wanted.name, allow_auto_create))
+        image = ctx.metadata.image  # auto-creation may have brought a newer one
     if version >= 8 and request.include_topic_authorized_operations:
         # Every topic of the answer, unknown ones included, as Kafka fills them in.
         for topic_data in topics:
             topic_data.authorized_operations = authorized_operations.reported(
                 authorized_operations.TOPIC, True
             )
-    services = ctx.services
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[
-            MetadataResponse.MetadataResponseBroker(
-                node_id=ctx.config.node_id,
-                host=services.advertised_host,
-                port=services.advertised_port,
-                rack=None,
-            )
+            MetadataResponse.MetadataResponseBroker(node_id=node_id, host=host, port=port, rack=rack)
+            for node_id, host, port, rack in image.alive_endpoints(ctx.listener)
         ],
-        cluster_id=services.cluster_id,
-        controller_id=ctx.config.node_id,
+        cluster_id=ctx.services.cluster_id,
+        controller_id=ctx.metadata.controller_id(),
         topics=topics,
         # v8-10 (later versions ask DescribeCluster instead).
         authorized_operations=authorized_operations.reported(

@@ -88,7 +88,13 @@ def _append_partition(
         writable = isinstance(records, memoryview) and not records.readonly
         batches = validate_produce_records(records if writable else bytearray(records))
         verify_transactional_append(
-            ctx.transactions, transactional_id, topic_name, partition, batches, ctx.api_version
+            ctx.transactions,
+            transactional_id,
+            topic_name,
+            partition,
+            batches,
+            ctx.api_version,
+            ctx.txn_router,
         )
         result = partition.append(batches)
     except KafkaError as exc:

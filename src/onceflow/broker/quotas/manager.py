@@ -25,7 +25,7 @@ for an hour are dropped, as Kafka expires them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from onceflow.broker.quotas.entities import (
     CLIENT_ID,
@@ -81,6 +81,12 @@ class ClientQuotas:
         # Whether requests must go through the quota path at all (controller_mutation_rate is stored,
         # not enforced).
         self.any_enabled = any(self._entities_with[key] for key in ENFORCED_KEYS)
+
+    def replace(self, quotas: Mapping[Entity, Mapping[str, float]]) -> None:
+        """Take ``quotas`` as the whole set (a cluster broker: the metadata image's client quotas,
+        which the controller decides)."""
+        self._quotas = {quota_entity: dict(values) for quota_entity, values in quotas.items()}
+        self._reindex()
 
     def enabled(self, key: str) -> bool:
         """Whether any entity has a ``key`` quota (nothing to record otherwise)."""

@@ -12,7 +12,11 @@ holding the LSO back forever (a hanging transaction).
   transaction being completed, a loading coordinator) answer NOT_ENOUGH_REPLICAS, which producers
   retry, as Kafka does for old clients; a stale epoch answers INVALID_PRODUCER_EPOCH.
 - Produce v12+ (transaction protocol v2): the broker adds the partitions itself
-  (``add_partitions_to_txn`` with TV_2) before appending, so clients send no AddPartitionsToTxn.
+  (``add_partitions_to_txn`` with TV_2) before appending, so clients send no AddPartitionsToTxn; on
+  a cluster whose coordinator of the transactional id is another broker, through the node's
+  ``txn_router`` (an AddPartitionsToTxn v5 to that broker).
+- On a cluster, the v3-11 check is made only where this broker coordinates the transactional id (a
+  remote verification would need an await before the append, which must stay in request order).
   The same translations apply, except that CONCURRENT_TRANSACTIONS is answered as it is: with TV_2
   it is the usual answer while the previous transaction's markers go out, and these clients retry
   it (Kafka's ReplicaManager makes the same exception for clients that support the epoch bump).
@@ -65,6 +69,7 @@ def verify_transactional_append(
     partition: Any,
     batches: list[tuple[BatchHeader, memoryview]],
     produce_version: int,
+    router: Any = None,
 ) -> None:
     """Raise the produce error for a transactional batch the coordinator has not admitted (v3-11)."""
     header = _first_transactional(batches)
@@ -77,6 +82,8 @@ def verify_transactional_append(
         )
     if produce_version >= FIRST_TV2_PRODUCE_VERSION:
         return  # added by add_partitions_for_produce before the appends
+    if router is not None and not router.is_local(transactional_id):
+        return  # coordinated by another broker (see the module docstring)
     entry = partition.log.producer_state.last_entry(header.producer_id)
     if (
         entry is not None
@@ -116,6 +123,14 @@ async def add_partitions_for_produce(ctx: Any, request: Any) -> dict[tuple[str, 
                 producer = (header.producer_id, header.producer_epoch)
     if not wanted or producer is None:
         return {}
+    router = getattr(ctx, "txn_router", None)
+    if router is not None and not router.is_local(transactional_id):
+        codes = await router.add_partitions(transactional_id, producer[0], producer[1], wanted)
+        return {
+            tp: _produce_error(code, f"{tp[0]}-{tp[1]}: {code.name}", FIRST_TV2_PRODUCE_VERSION)
+            for tp, code in codes.items()
+            if code != ErrorCode.NONE
+        }
     try:
         await transactions.coordinator.add_partitions_to_txn(
             transactional_id, producer[0], producer[1], wanted, transaction_version=TV_2

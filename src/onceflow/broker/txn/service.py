@@ -87,6 +87,8 @@ class TopicTransactionLog:
             return
         for partition in topic.partitions:
             plog = partition.log
+            if plog is None or partition.leader_id != self._topics.node_id:
+                continue  # led by another broker: its coordinator replays it
             for _header, view in plog.iter_batches(plog.log_start_offset):
                 try:
                     decoded = list(decode_batches(view))
@@ -202,7 +204,10 @@ class TransactionService:
         groups: Any,
         faults: Any,
         producer_ids: ProducerIdManager | None = None,
+        wrap_markers: Any = None,
     ) -> None:
+        """``wrap_markers``: on a cluster node, takes the local marker writer and gives the one that
+        also reaches partitions led by other brokers (``server.txn_markers``)."""
         self.config = transaction_config_from(broker_config, topics)
         self._topics = topics
         self._groups = groups
@@ -212,7 +217,7 @@ class TransactionService:
         self.log = TopicTransactionLog(topics, self.config.transaction_state_log_num_partitions)
         self.coordinator = TransactionCoordinator(
             log_writer=self.log,
-            marker_writer=LocalMarkerWriter(topics, groups, faults),
+            marker_writer=(wrap_markers or (lambda local: local))(LocalMarkerWriter(topics, groups, faults)),
             producer_ids=self.producer_ids,
             config=self.config,
             complete_in_background=True,

@@ -7,6 +7,8 @@ takes Kafka's dotted names as a Java or librdkafka user would write them, so con
 from __future__ import annotations
 
 import dataclasses
+import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +62,7 @@ class ConsumerConfig:
     allow_auto_create_topics: bool = True
 
     def __post_init__(self) -> None:
+        _convert_strings(self)
         if isinstance(self.partition_assignment_strategy, str):
             self.partition_assignment_strategy = [
                 s.strip() for s in self.partition_assignment_strategy.split(",") if s.strip()
@@ -68,14 +71,22 @@ class ConsumerConfig:
         self.validate()
 
     @classmethod
-    def from_dict(cls, settings: dict[str, Any]) -> ConsumerConfig:
+    def from_dict(cls, settings: Mapping[str, Any]) -> ConsumerConfig:
         """Build from Kafka's dotted names (``{"group.id": "g", "auto.offset.reset": "earliest"}``)."""
+        return cls.from_settings(settings)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], overrides: Mapping[str, Any] | None = None):
+        """From Kafka's dotted names and/or their snake-case forms (keyword arguments); a name that is
+        not a consumer setting is refused under its Kafka name, with the nearest one suggested."""
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {}
-        for key, value in settings.items():
-            name = key.replace(".", "_")
+        for key, value in {**settings, **(overrides or {})}.items():
+            name = str(key).replace(".", "_")
             if name not in names:
-                raise InvalidConfig(f"unknown consumer config {key!r}")
+                raise InvalidConfig(
+                    f"unknown consumer config {_kafka_name(name)!r}{_suggestion(name, names)}"
+                )
             kwargs[name] = value
         return cls(**kwargs)
 
@@ -148,3 +159,78 @@ def _assignor_name(name: str) -> str:
         raise InvalidConfig(
             f"unknown partition.assignment.strategy {name!r}: use {', '.join(KNOWN_ASSIGNORS)}"
         ) from None
+
+
+# Settings that may arrive as strings (properties files, command lines): "500" means 500 here too, as
+# Kafka's ConfigDef parses them; any other type is refused under the setting's Kafka name.
+_INT_FIELDS = frozenset(
+    {
+        "auto_commit_interval_ms",
+        "max_poll_records",
+        "fetch_min_bytes",
+        "fetch_max_wait_ms",
+        "fetch_max_bytes",
+        "max_partition_fetch_bytes",
+        "session_timeout_ms",
+        "heartbeat_interval_ms",
+        "max_poll_interval_ms",
+        "rebalance_timeout_ms",
+        "request_timeout_ms",
+        "default_api_timeout_ms",
+        "retry_backoff_ms",
+        "metadata_max_age_ms",
+    }
+)
+_BOOL_FIELDS = frozenset({"enable_auto_commit", "check_crcs", "allow_auto_create_topics"})
+_STR_FIELDS = frozenset(
+    {
+        "bootstrap_servers",
+        "client_id",
+        "group_id",
+        "group_instance_id",
+        "group_protocol",
+        "group_remote_assignor",
+        "auto_offset_reset",
+        "isolation_level",
+    }
+)
+
+
+def _convert_strings(config: ConsumerConfig) -> None:
+    for name in _INT_FIELDS:
+        value = getattr(config, name)
+        if value is None and name == "rebalance_timeout_ms":
+            continue
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise InvalidConfig(f"{_kafka_name(name)}={value!r} is not an integer") from None
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidConfig(
+                f"{_kafka_name(name)} must be an integer, not {type(value).__name__} {value!r}"
+            )
+        setattr(config, name, int(value))
+    for name in _BOOL_FIELDS:
+        value = getattr(config, name)
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            setattr(config, name, value.strip().lower() == "true")
+        elif type(value) is not bool:
+            raise InvalidConfig(f"{_kafka_name(name)}={value!r} is not a boolean (true or false)")
+    for name in _STR_FIELDS:
+        value = getattr(config, name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidConfig(f"{_kafka_name(name)} must be a string, not {type(value).__name__} {value!r}")
+    if isinstance(config.isolation_level, str):
+        config.isolation_level = config.isolation_level.strip().lower()
+    if isinstance(config.auto_offset_reset, str):
+        config.auto_offset_reset = config.auto_offset_reset.strip().lower()
+
+
+def _kafka_name(field_name: str) -> str:
+    return field_name.replace("_", ".")
+
+
+def _suggestion(name: str, names: set[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.75)
+    return f" (did you mean {_kafka_name(close[0])!r}?)" if close else ""

@@ -19,6 +19,7 @@ from itertools import repeat
 from operator import add, attrgetter
 from typing import Any
 
+from onceflow.client.arguments import check_duration, check_int, check_str
 from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AsyncClient
 from onceflow.client.connection import BrokerConnectionError
 from onceflow.client.consumer.assignors import assignors_for
@@ -62,11 +63,19 @@ def _settings(config: ConsumerConfig | dict | None, overrides: dict) -> Consumer
         if overrides:
             raise TypeError("pass either a ConsumerConfig or keyword settings, not both")
         return config
-    merged: dict[str, Any] = {}
-    for key, value in (config or {}).items():
-        merged[key.replace(".", "_")] = value
-    merged.update(overrides)
-    return ConsumerConfig(**merged)
+    return ConsumerConfig.from_settings(config or {}, overrides)
+
+
+def _topic_partition(tp: TopicPartition | tuple[str, int]) -> TopicPartition:
+    if type(tp) is TopicPartition and type(tp.partition) is int:
+        return tp
+    try:
+        topic, partition = tp
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"a partition must be a TopicPartition or a (topic, partition) pair, not {tp!r}"
+        ) from None
+    return TopicPartition(check_str(topic, "topic"), check_int(partition, "partition", minimum=0))
 
 
 async def _call(callback: Listener | None, partitions: list[TopicPartition]) -> None:
@@ -224,7 +233,10 @@ class AsyncConsumer:
         the first poll and every ``metadata.max.age.ms``; with ``group_protocol="consumer"`` the
         coordinator matches it (KIP-848's SubscribedTopicRegex) and follows new topics itself."""
         if self._membership is None:
-            raise KafkaError("subscribe() needs group_id; use assign() to consume without a group")
+            raise KafkaError(
+                "subscribe() needs a consumer group: set group.id in the consumer's config; "
+                "use assign() to consume without a group"
+            )
         topics = list(topics)
         if pattern is not None and topics:
             raise KafkaError("subscribe() takes topics or a pattern, not both")
@@ -248,8 +260,8 @@ class AsyncConsumer:
             self._membership.request_rejoin()
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
-        """Read exactly these partitions, without group membership (commits still use group_id)."""
-        wanted = [TopicPartition(*tp) for tp in partitions]
+        """Read exactly these partitions, without group membership (commits still use group.id)."""
+        wanted = [_topic_partition(tp) for tp in partitions]
         self._metrics.unassigned([tp for tp in self._subscriptions.assigned() if tp not in wanted])
         self._subscriptions.assign_from_user(wanted)
         if self._fetcher is not None:
@@ -314,7 +326,7 @@ class AsyncConsumer:
         """The member's identity for ``producer.send_offsets_to_transaction`` (KIP-447)."""
         m = self._membership
         if m is None:
-            raise KafkaError("group_metadata() needs group_id")
+            raise KafkaError("group_metadata() needs group.id in the consumer's config")
         return ConsumerGroupMetadata(m.group_id, m.generation_id, m.member_id, m.group_instance_id)
 
     # -- rebalance callbacks (run inside poll) ---------------------------------------------------
@@ -372,6 +384,7 @@ class AsyncConsumer:
             await self.start()
         if self._closed:
             raise KafkaError("the consumer is closed")
+        check_duration(timeout_ms, "timeout_ms")
         fetcher = self._fetcher
         limit = max_records or self.config.max_poll_records
         self._metrics.polled(time.monotonic())
@@ -605,8 +618,8 @@ class AsyncConsumer:
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Read ``partition`` from ``offset`` at the next poll."""
-        if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
+        offset = check_int(offset, "offset", minimum=0)
+        partition = _topic_partition(partition)
         self._subscriptions.state(TopicPartition(*partition)).seek(offset)
         if self._fetcher is not None:
             self._fetcher.clear_buffers([TopicPartition(*partition)])
@@ -661,7 +674,9 @@ class AsyncConsumer:
 
     def _require_group(self) -> GroupCoordinatorBase:
         if self.config.group_id is None:
-            raise KafkaError("committing and reading committed offsets need group_id")
+            raise KafkaError(
+                "committing and reading committed offsets need group.id in the consumer's config"
+            )
         if self._coordinator is None:
             raise KafkaError("the consumer is not started: call start() or poll first")
         return self._coordinator

@@ -237,7 +237,12 @@ class ProducerBatch:
 
 
 class RecordFuture:
-    """The outcome of one ``send()``: await it (async), ``get()`` it (threads), or add a callback."""
+    """The outcome of one ``send()``, with the interface of :class:`concurrent.futures.Future`:
+    ``result(timeout)`` waits until the record is acknowledged (or failed) and returns its
+    :class:`RecordMetadata` or raises its error; ``exception(timeout)``, ``done()`` and
+    ``add_done_callback(fn)`` (``fn(future)``) are as there. A queued record cannot be taken back (nor
+    can Kafka's): ``cancel()`` returns False. Await it in asyncio code: on a thread whose event loop is
+    running, ``result()`` of a record still in flight raises instead of blocking that loop."""
 
     __slots__ = ("batch", "index")
 
@@ -248,16 +253,34 @@ class RecordFuture:
     def done(self) -> bool:
         return self.batch.done
 
+    def running(self) -> bool:
+        return not self.batch.done
+
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        return False
+
     def __await__(self):
         if not self.batch.done:
             yield from self.batch.async_future().__await__()
-        return self.result()
+        return self._outcome()
 
-    def result(self) -> RecordMetadata:
-        """The metadata of a completed send; raises its error. Use ``get`` to wait from a thread."""
+    def _wait(self, timeout: float | None) -> None:
+        if self.batch.done:
+            return
+        if asyncio._get_running_loop() is not None:
+            raise asyncio.InvalidStateError(
+                "the record is not acknowledged yet, and waiting here would block this thread's event "
+                "loop: await the future instead"
+            )
+        if not self.batch.wait(timeout):
+            raise TimeoutError(f"the record was not acknowledged within {timeout}s")
+
+    def _outcome(self) -> RecordMetadata:
+        """The metadata of the completed send; raises its error."""
         batch = self.batch
-        if not batch.done:
-            raise asyncio.InvalidStateError("the record has not been acknowledged yet")
         if batch.parts is not None:
             metadata, error = batch.outcome(self.index)
             if error is not None:
@@ -267,17 +290,29 @@ class RecordFuture:
             raise batch.error
         return batch.metadata(self.index)
 
-    def get(self, timeout: float | None = None) -> RecordMetadata:
-        """Wait (from a thread that is not the producer's event loop) and return the metadata."""
-        if not self.batch.wait(timeout):
-            raise TimeoutError(f"record not acknowledged within {timeout}s")
-        return self.result()
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait up to ``timeout`` seconds (None: as long as it takes) for the acknowledgement and
+        return the record's metadata; raises the send's error, or TimeoutError."""
+        self._wait(timeout)
+        return self._outcome()
 
-    def add_done_callback(
-        self, callback: Callable[[RecordMetadata | None, BaseException | None], None]
-    ) -> None:
-        """``callback(metadata, error)`` once the record is acknowledged or failed (one of the two is None)."""
-        self.batch.add_callback(self.index, callback)
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """``result(timeout)``, under kafka-python's name."""
+        return self.result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Wait like ``result`` and return the send's error, or None if it was acknowledged."""
+        self._wait(timeout)
+        try:
+            self._outcome()
+        except BaseException as error:
+            return error
+        return None
+
+    def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
+        """``fn(future)`` once the record is acknowledged or failed: on the producer's thread, or at once
+        in the caller's if it already is (as :class:`concurrent.futures.Future` does)."""
+        self.batch.add_callback(self.index, lambda _metadata, _error: fn(self))
 
 
 class BatchFuture(RecordFuture):
@@ -287,10 +322,8 @@ class BatchFuture(RecordFuture):
 
     __slots__ = ()
 
-    def result(self) -> RecordMetadata:
+    def _outcome(self) -> RecordMetadata:
         batch = self.batch
-        if not batch.done:
-            raise asyncio.InvalidStateError("the records have not been acknowledged yet")
         if batch.error is not None:
             raise batch.error
         return batch.metadata(self.index)

@@ -8,6 +8,7 @@ refusal says what is wrong and why, so a misconfigured producer never reaches th
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -142,7 +143,9 @@ class ProducerConfig:
         for key, value in {**(settings or {}), **overrides}.items():
             name = key.replace(".", "_")
             if name not in fields:
-                raise InvalidConfig(f"unknown producer setting {key!r}")
+                close = difflib.get_close_matches(name, sorted(fields), n=1, cutoff=0.75)
+                hint = f" (did you mean {_kafka_name(close[0])!r}?)" if close else ""
+                raise InvalidConfig(f"unknown producer setting {_kafka_name(name)!r}{hint}")
             values[name] = value
         return cls(**values)
 
@@ -173,6 +176,9 @@ _INT_FIELDS = frozenset(
 _BOOL_FIELDS = frozenset(
     {"enable_idempotence", "partitioner_ignore_keys", "unsafe_allow_max_in_flight_above_5"}
 )
+_STR_FIELDS = frozenset(
+    {"bootstrap_servers", "client_id", "compression_type", "partitioner_class", "transactional_id"}
+)
 
 
 def _convert_strings(config: ProducerConfig) -> None:
@@ -202,6 +208,10 @@ def _convert_strings(config: ProducerConfig) -> None:
             object.__setattr__(config, name, value.strip().lower() == "true")
         else:
             raise InvalidConfig(f"{_kafka_name(name)}={value!r} is not a boolean (true or false)")
+    for name in _STR_FIELDS:
+        value = getattr(config, name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidConfig(f"{_kafka_name(name)} must be a string, not {type(value).__name__} {value!r}")
 
 
 def _kafka_name(field_name: str) -> str:

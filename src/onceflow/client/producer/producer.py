@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from onceflow.client.arguments import check_headers, check_int, check_str
 from onceflow.client.connection import BrokerConnectionError
 from onceflow.client.consumer.structs import ConsumerGroupMetadata
 from onceflow.client.metrics import MetricsSnapshot, elapsed_ns
@@ -280,6 +281,7 @@ class AsyncProducer:
     ) -> int | RecordFuture:
         """The partition count of ``topic``, waiting for its metadata up to ``deadline``; if it does not
         come, the refused record's future (see :meth:`_refuse`). A closed producer raises."""
+        check_str(topic, "topic")
         try:
             return await self._network.wait_for_topic(topic, deadline)
         except ProducerClosedError:
@@ -299,14 +301,20 @@ class AsyncProducer:
         if headers or (len(value) if value else 0) + (len(key) if key else 0) > (
             self._record_size_limit - RECORD_SIZE_SLACK
         ):
+            if headers:
+                check_headers(headers)
             too_large = self._record_size_error(key, value, headers)
             if too_large is not None:
                 return self._refuse(topic, partition, too_large)
         chosen = partition is None
         if chosen:
             partition = self._partitioner.partition(topic, key, count)
-        elif not 0 <= partition < count:
-            raise KafkaError(f"partition {partition} of {topic!r} does not exist (it has {count})", 3)
+        elif type(partition) is not int or not 0 <= partition < count:
+            partition = check_int(partition, "partition")
+            if not 0 <= partition < count:
+                raise KafkaError(f"partition {partition} of {topic!r} does not exist (it has {count})", 3)
+        if timestamp_ms is not None and type(timestamp_ms) is not int:
+            timestamp_ms = check_int(timestamp_ms, "timestamp_ms")
         result = self._accumulator.try_append(
             topic,
             partition,

@@ -100,8 +100,8 @@ class Producer:
         headers: list[tuple[str, bytes | None]] | None = None,
         callback: Callable[[RecordMetadata | None, BaseException | None], None] | None = None,
     ) -> RecordFuture:
-        """Queue a record. Returns a :class:`RecordFuture` (``.get(timeout)`` blocks for the metadata);
-        ``callback(metadata, error)`` runs on the producer's thread when the record is acknowledged or
+        """Queue a record. Returns a :class:`RecordFuture` (a :class:`concurrent.futures.Future`:
+        ``result(timeout)`` blocks for the metadata); ``callback(metadata, error)`` runs on the producer's thread when the record is acknowledged or
         failed. Blocks only for a new topic's metadata or a full buffer.memory (up to max.block.ms).
         A record that cannot be queued is not raised (see :meth:`AsyncProducer.send`): too large, no
         metadata for its topic or no room in buffer.memory within max.block.ms. Its future holds the
@@ -119,7 +119,7 @@ class Producer:
                 )
             )
         if callback is not None:
-            result.add_done_callback(callback)
+            result.batch.add_callback(result.index, callback)
         return result
 
     def send_many(

@@ -1,0 +1,217 @@
+"""``onceflow cluster up|status``: a local cluster in the foreground, and what a cluster looks like.
+
+``cluster up --brokers N --data-dir DIR`` starts N combined nodes (broker and controller, ids 1..N,
+all voters) as ``onceflow serve`` processes on loopback, each with its data under ``DIR/node-<id>``
+and its output in ``DIR/node-<id>.log``; the ports are chosen once and kept in ``DIR/cluster.json``,
+so the same cluster comes back on the next ``up``. It prints the bootstrap list, and Ctrl-C stops
+every node (controlled shutdown first).
+
+``cluster status`` shows the brokers (fenced or not), the active controller, and how many partition
+leaderships each broker holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from onceflow.cli.common import bootstrap_option, friendly_errors, out
+
+CLUSTER_FILE = "cluster.json"
+READY_LINE = "onceflow broker listening on"
+START_TIMEOUT_S = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cluster_layout(data_dir: Path, brokers: int) -> list[dict]:
+    """Each node's id and ports: read from ``cluster.json``, or chosen now and written there."""
+    path = data_dir / CLUSTER_FILE
+    if path.exists():
+        nodes = json.loads(path.read_text())["nodes"]
+        if len(nodes) != brokers:
+            raise click.UsageError(
+                f"{data_dir} holds a cluster of {len(nodes)} nodes; use --brokers {len(nodes)} or another --data-dir"
+            )
+        return nodes
+    nodes = [{"id": i, "port": _free_port(), "controller_port": _free_port()} for i in range(1, brokers + 1)]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"nodes": nodes}, indent=1))
+    return nodes
+
+
+def node_command(node: dict, nodes: list[dict], data_dir: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    voters = ",".join(f"{n['id']}@127.0.0.1:{n['controller_port']}" for n in nodes)
+    configs = {
+        "node.id": str(node["id"]),
+        "process.roles": "broker,controller",
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://127.0.0.1:{node['port']},CONTROLLER://127.0.0.1:{node['controller_port']}",
+        "controller.listener.names": "CONTROLLER",
+    }
+    command = [sys.executable, "-m", "onceflow", "serve", "--data-dir", str(data_dir / f"node-{node['id']}")]
+    for key, value in configs.items():
+        command += ["--config", f"{key}={value}"]
+    for item in extra:
+        command += ["--config", item]
+    return command
+
+
+@click.group()
+def cluster():
+    """Run a local cluster, and look at one."""
+
+
+@cluster.command()
+@click.option("--brokers", default=3, show_default=True, type=click.IntRange(1, 9), help="Number of nodes.")
+@click.option(
+    "--data-dir",
+    default="./onceflow-cluster",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Each node's data and log go under it.",
+)
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE", help="A setting for every node.")
+def up(brokers, data_dir, configs):
+    """Start a local cluster of combined nodes in the foreground (Ctrl-C stops them all)."""
+    nodes = cluster_layout(data_dir, brokers)
+    processes: list[tuple[dict, subprocess.Popen, Path]] = []
+    stopping = False
+
+    def stop_all(*_args) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop_all)
+    try:
+        for node in nodes:
+            log_path = data_dir / f"node-{node['id']}.log"
+            log_file = open(log_path, "ab")  # noqa: SIM115 - the child writes it; closed when it exits
+            proc = subprocess.Popen(
+                node_command(node, nodes, data_dir, configs),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches us only: we stop them in order
+            )
+            log_file.close()
+            processes.append((node, proc, log_path))
+        _wait_ready(processes)
+        bootstrap = ",".join(f"127.0.0.1:{n['port']}" for n in nodes)
+        out.print(f"cluster of {len(nodes)} nodes up; bootstrap servers: {bootstrap}")
+        out.print(f"logs: {data_dir}/node-<id>.log; Ctrl-C stops every node")
+        sys.stdout.flush()
+        while not stopping:
+            for node, proc, log_path in processes:
+                if proc.poll() is not None:
+                    out.print(f"node {node['id']} exited with {proc.returncode} (see {log_path})")
+                    stopping = True
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _stop_all(processes)
+
+
+def _wait_ready(processes) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    waiting = list(processes)
+    while waiting:
+        for entry in list(waiting):
+            node, proc, log_path = entry
+            text = log_path.read_text(errors="replace") if log_path.exists() else ""
+            if READY_LINE in text.split("==== start", 1)[-1]:
+                waiting.remove(entry)
+            elif proc.poll() is not None:
+                tail = "\n".join(text.splitlines()[-5:])
+                raise click.ClickException(f"node {node['id']} exited with {proc.returncode}:\n{tail}")
+        if time.monotonic() > deadline:
+            ids = ", ".join(str(entry[0]["id"]) for entry in waiting)
+            raise click.ClickException(
+                f"nodes {ids} not ready within {START_TIMEOUT_S:.0f}s (a quorum needs a majority of voters)"
+            )
+        time.sleep(0.1)
+
+
+def _stop_all(processes) -> None:
+    for _node, proc, _log in processes:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 40
+    for _node, proc, _log in processes:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@cluster.command()
+@bootstrap_option
+def status(bootstrap):
+    """Brokers (fenced or not), the active controller, and partition leaders per broker."""
+    import asyncio
+
+    from rich.table import Table
+
+    with friendly_errors(bootstrap):
+        brokers, controller_id, leaders, leaderless = asyncio.run(_status(bootstrap))
+    table = Table(title=f"cluster at {bootstrap}")
+    for column in ("broker", "endpoint", "rack", "state", "leaderships"):
+        table.add_column(column)
+    for b in brokers:
+        role = " (controller)" if b.broker_id == controller_id else ""
+        table.add_row(
+            f"{b.broker_id}{role}",
+            f"{b.host}:{b.port}",
+            b.rack or "",
+            "fenced" if b.is_fenced else "alive",
+            str(leaders.get(b.broker_id, 0)),
+        )
+    out.print(table)
+    if leaderless:
+        out.print(f"{leaderless} partition(s) without a leader")
+
+
+async def _status(bootstrap: str):
+    from kafka.protocol.admin import DescribeClusterRequest
+    from kafka.protocol.metadata import MetadataRequest
+
+    from onceflow.client.connection import Connection
+
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    conn = await Connection.open(host, int(port))
+    try:
+        described = await conn.send(
+            DescribeClusterRequest(
+                include_cluster_authorized_operations=False, endpoint_type=1, include_fenced_brokers=True
+            ),
+            version=min(2, conn.broker_versions.get(60, (0, 0))[1]),
+        )
+        metadata = await conn.send(
+            MetadataRequest(topics=None, allow_auto_topic_creation=False),
+            version=min(12, conn.broker_versions[3][1]),
+        )
+    finally:
+        await conn.close()
+    leaders: dict[int, int] = {}
+    leaderless = 0
+    for topic in metadata.topics:
+        for partition in topic.partitions:
+            if partition.leader_id < 0:
+                leaderless += 1
+            else:
+                leaders[partition.leader_id] = leaders.get(partition.leader_id, 0) + 1
+    return described.brokers, described.controller_id, leaders, leaderless

@@ -1,0 +1,130 @@
+"""The controller listener: where brokers (and the other voters) reach a node's controller.
+
+It speaks the Kafka wire protocol with the broker's framing (``ClientProtocol``), and serves:
+
+- ApiVersions (18), with this listener's own API list;
+- the controller APIs (``controller_apis``: BrokerRegistration, BrokerHeartbeat, UnregisterBroker,
+  AlterPartition, AllocateProducerIds, and the admin requests brokers send on), answered once their
+  records are committed; NOT_CONTROLLER from a controller that is not the active one;
+- DescribeQuorum (55), and the quorum's own APIs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch,
+  FetchSnapshot) when the quorum serves them (``quorum_apis``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from kafka.protocol.admin import DescribeQuorumRequest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from onceflow.broker.client_protocol import ClientProtocol
+from onceflow.broker.connection import RequestReceived, SupportedApi
+from onceflow.broker.handlers.describe_quorum import error_response, response_for
+from onceflow.controller.quorum_controller import NotController
+from onceflow.protocol import apis
+from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.server.controller_apis import CONTROLLER_APIS, operation_for
+from onceflow.server.controller_errors import error_answer
+from onceflow.server.controller_runner import ControllerRunner
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 104857600
+# (api version, request, correlation id) -> the encoded answer, for the quorum's own APIs.
+QuorumHandler = Callable[[int, Any], Awaitable[Any]]
+
+
+class ControllerListener:
+    def __init__(
+        self,
+        runner: ControllerRunner,
+        quorum: Any,
+        host: str,
+        port: int,
+        quorum_apis: Mapping[int, tuple[int, int, Any, QuorumHandler]] | None = None,
+    ) -> None:
+        self.runner = runner
+        self.quorum = quorum
+        self.host = host
+        self.port = port
+        self._quorum_apis = dict(quorum_apis or {})
+        self.supported = {
+            18: SupportedApi(18, 0, 4, ApiVersionsRequest),
+            55: SupportedApi(55, 0, 1, DescribeQuorumRequest),
+            **{
+                key: SupportedApi(key, api.min_version, api.max_version, api.request_class)
+                for key, api in CONTROLLER_APIS.items()
+            },
+            **{
+                key: SupportedApi(key, low, high, cls)
+                for key, (low, high, cls, _h) in self._quorum_apis.items()
+            },
+        }
+        self._server: asyncio.Server | None = None
+        self._connections: set[ClientProtocol] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.get_running_loop().create_server(
+            self._new_connection, self.host or None, self.port, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("controller listener on %s:%d", self.host or "0.0.0.0", self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.abort()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+
+    def _new_connection(self) -> ClientProtocol:
+        connection = ClientProtocol(
+            functools.partial(self._dispatch),
+            self.supported,
+            max_request_bytes=MAX_REQUEST_BYTES,
+            on_close=self._connections.discard,
+        )
+        self._connections.add(connection)
+        return connection
+
+    async def _dispatch(self, event: RequestReceived) -> bytes | None:
+        header = event.header
+        if header.api_key in self._quorum_apis:
+            # The quorum encodes its own answers (a Fetch may wait for data first).
+            return await self._quorum_apis[header.api_key][3](
+                header.api_version, event.request, header.correlation_id
+            )
+        response = await self.answer(header.api_key, header.api_version, event.request)
+        return apis.encode_response(response, header.correlation_id, header.api_version)
+
+    async def answer(self, api_key: int, version: int, request: Any) -> Any:
+        if api_key == 18:
+            return ApiVersionsResponse(
+                error_code=0,
+                api_keys=[
+                    ApiVersionsResponse.ApiVersion(
+                        api_key=a.api_key, min_version=a.min_version, max_version=a.max_version
+                    )
+                    for a in sorted(self.supported.values(), key=lambda a: a.api_key)
+                ],
+                throttle_time_ms=0,
+            )
+        if api_key == 55:
+            description = self.quorum.describe()
+            if description is None:
+                return error_response(ErrorCode.NOT_LEADER_OR_FOLLOWER, "this node does not lead the quorum")
+            return response_for(description, version)
+        try:
+            return await self.runner.call(operation_for(self.runner.controller, api_key, request, version))
+        except NotController as exc:
+            return error_answer(api_key, request, ErrorCode.NOT_CONTROLLER, str(exc))
+        except KafkaError as exc:
+            return error_answer(api_key, request, exc.code, str(exc))

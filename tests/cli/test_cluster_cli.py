@@ -1,0 +1,92 @@
+"""``onceflow serve`` with Kafka's cluster settings (bad ones are one line each), and the cluster
+commands against a single node: ``metadata-quorum describe``, ``cluster status``, ``topics create
+--replication-factor``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from onceflow.cli.main import cli
+
+
+def onceflow(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "onceflow", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.parametrize(
+    ("configs", "message"),
+    [
+        (["process.roles=broker"], "node.id must be set when process.roles is"),
+        (
+            ["process.roles=controller", "node.id=4", "controller.quorum.voters=1@127.0.0.1:19093"],
+            "must be one of the voters in controller.quorum.voters",
+        ),
+        (
+            [
+                "process.roles=broker",
+                "node.id=1",
+                "controller.quorum.voters=1@127.0.0.1:19093,1@127.0.0.1:29093",
+            ],
+            "node id 1 appears more than once",
+        ),
+        (["listeners=PLAINTEXT:/127.0.0.1:9092"], "is not of the form NAME://host:port"),
+        (["controller.quorum.voters=1@127.0.0.1:19093"], "needs process.roles"),
+    ],
+)
+def test_bad_cluster_settings_are_one_line_and_exit_2(tmp_path, configs, message):
+    args = ["serve", "--data-dir", str(tmp_path)]
+    for item in configs:
+        args += ["--config", item]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "meta.properties").exists()  # nothing half-made
+
+
+def test_a_config_file_in_kafkas_format_is_read_and_config_wins(tmp_path):
+    properties = tmp_path / "server.properties"
+    properties.write_text(
+        "# a node\nprocess.roles=broker,controller\nnode.id=9\ncontroller.quorum.voters=1@127.0.0.1:19093\n"
+    )
+    result = CliRunner().invoke(
+        cli, ["serve", "--data-dir", str(tmp_path / "d"), "--config-file", str(properties)]
+    )
+    assert result.exit_code == 2 and "node.id 9 has the controller role" in result.output
+    missing = CliRunner().invoke(cli, ["serve", "--config-file", str(tmp_path / "nope.properties")])
+    assert missing.exit_code == 2 and "cannot read" in missing.output
+
+
+def test_metadata_quorum_describe_of_a_single_node(broker):
+    status = onceflow("metadata-quorum", "describe", "--status", "--bootstrap-server", broker.bootstrap)
+    assert status.returncode == 0, status.stderr
+    lines = dict(line.split(":", 1) for line in status.stdout.splitlines() if ":" in line)
+    assert lines["LeaderId"].strip() == "0" and lines["CurrentVoters"].strip() == "[0]"
+    assert int(lines["HighWatermark"]) > 0
+    replication = onceflow(
+        "metadata-quorum", "describe", "--replication", "--bootstrap-server", broker.bootstrap
+    )
+    assert replication.returncode == 0 and "Leader" in replication.stdout
+    neither = onceflow("metadata-quorum", "describe", "--bootstrap-server", broker.bootstrap)
+    assert neither.returncode == 2 and "choose --status or --replication" in neither.stderr
+
+
+def test_cluster_status_and_replication_factor_of_a_single_node(broker, make_topic):
+    status = onceflow("cluster", "status", "--bootstrap-server", broker.bootstrap)
+    assert status.returncode == 0, status.stderr
+    assert "0 (controller)" in status.stdout and "alive" in status.stdout
+    name = make_topic("rf")
+    refused = onceflow(
+        "topics", "create", name, "--replication-factor", "2", "--bootstrap-server", broker.bootstrap
+    )
+    assert refused.returncode == 1
+    assert "INVALID_REPLICATION_FACTOR" in refused.stderr and "not available yet" in refused.stderr
+    created = onceflow("topics", "create", name, "--partitions", "2", "--bootstrap-server", broker.bootstrap)
+    assert created.returncode == 0, created.stderr
+    described = onceflow("topics", "describe", name, "--bootstrap-server", broker.bootstrap)
+    assert described.returncode == 0 and "isr" in described.stdout
