@@ -40,6 +40,9 @@ class BrokerServices:
     txn_router: Any = None
     # A cluster broker: client quotas are the metadata image's, changed through the controller.
     quotas_from_metadata: bool = False
+    # Partition replication (broker.replica.service.ReplicationService); None: partitions are not
+    # replicated (a broker run without a node, in tests and tools).
+    replication: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,14 @@ DELAY_RESPONSE = "delay-response"
 # __transaction_state, before any marker is written: recovery must then finish the transaction.
 CRASH_AFTER_PREPARE = "crash-after-prepare"
 
+# Produce path, replicated partitions. Once an acks=all produce is in every ISR member's log, kill
+# the process (SIGKILL) before answering: the seeds' failover story, where the producer's retry goes
+# to the new leader, which must answer it as a duplicate with the original offset.
+CRASH_AFTER_REPLICATION = "crash-after-replication"
+
 FAULT_POINTS = frozenset(
     {
+        CRASH_AFTER_REPLICATION,
         DROP_REQUEST_BEFORE_APPEND,
         DROP_RESPONSE_AFTER_APPEND,
         DISCONNECT_AFTER_APPEND,

@@ -77,6 +77,7 @@ class Broker:
         # A cluster node's transaction markers also go to other brokers (set by the node).
         self.wrap_markers: Any = None
         self.txn_router: Any = None  # the node's server.txn_router on a cluster
+        self.replication: Any = None  # the node's ReplicationService on a cluster
         # A cluster broker's client quotas come from the metadata image (set by the node).
         self.quota_store: Any = None
         self.faults = Faults(config.faults)
@@ -167,6 +168,7 @@ class Broker:
             controller=self.controller,
             txn_router=self.txn_router,
             quotas_from_metadata=self.quota_store is not None,
+            replication=self.replication,
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._flusher = asyncio.create_task(self._run_flush_policy(), name="flush-policy")

@@ -106,9 +106,14 @@ class Partition:
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self._waiters: set[asyncio.Future[None]] = set()
+        # On a cluster node: this broker's replica (broker.replica.partition.ReplicatedPartition) and the
+        # leader's append (the replica manager's: leader epochs in the batches, the high watermark).
+        self.replica: Any = None
+        self.appender: Any = None
 
     def append(self, batches: list, **kwargs: Any) -> Any:
-        result = self.log.append(batches, **kwargs)
+        appender = self.appender
+        result = appender(batches, **kwargs) if appender is not None else self.log.append(batches, **kwargs)
         self.notify_new_data()
         return result
 

@@ -48,6 +48,7 @@ from onceflow.server.migration import retire_single_node_files, single_node_reco
 from onceflow.server.peer_connections import PeerConnections
 from onceflow.server.producer_id_blocks import ControllerProducerIds
 from onceflow.server.quorum import LocalQuorum
+from onceflow.server.replication import NodeReplication
 from onceflow.server.topic_admin import AsyncTopicAdmin, LocalTopicAdmin
 from onceflow.server.txn_markers import ClusterMarkerWriter
 from onceflow.server.txn_router import TransactionRouter
@@ -103,6 +104,7 @@ class Node:
         self.lifecycle: BrokerLifecycle | None = None
         self.controller_listener: ControllerListener | None = None
         self.peers: PeerConnections | None = None
+        self.replication: NodeReplication | None = None
         self._log_opener = log_opener
         self._quorum_factory = quorum_factory
         self._own_broker_registered = False
@@ -170,12 +172,26 @@ class Node:
             self.quorum.add_listener(self.metadata)
             self.broker.metadata = self.metadata
             self.broker.controller = self.channel
+            self.replication = NodeReplication(self)
+            self.metadata.on_image = self.replication.on_image
+            self.broker.replication = self.replication.service
             # With a metadata log on disk, topics.json is only read, once (a single-node data dir).
             topics.persist_topics_file = not self.durable
             if server.single_node:
                 topics.admin = LocalTopicAdmin(self.runner, self.quorum)
             else:
-                topics.admin = AsyncTopicAdmin(self.channel, {})
+                topics.admin = AsyncTopicAdmin(
+                    self.channel,
+                    {
+                        "__transaction_state": {
+                            "min.insync.replicas": str(config.transaction_state_log_min_isr)
+                        }
+                    },
+                    {
+                        "__consumer_offsets": config.offsets_topic_replication_factor,
+                        "__transaction_state": config.transaction_state_log_replication_factor,
+                    },
+                )
             await self.broker.bind()
         if self.durable:
             self.quorum.add_listener(MetadataSnapshots(self.quorum, self._snapshot_image))
@@ -206,6 +222,8 @@ class Node:
         )
         epoch = await self.lifecycle.register()
         self._own_broker_registered = True
+        self.replication.set_broker_epoch(epoch)
+        self.replication.service.start()
         await self.metadata.wait_for_offset(epoch)
         self.metadata.start_publishing()
         self.lifecycle.start_heartbeats()
@@ -325,6 +343,9 @@ class Node:
     async def _stop_parts(self) -> None:
         if self.lifecycle is not None:
             await self.lifecycle.stop()
+        if self.replication is not None:
+            with contextlib.suppress(Exception):
+                await self.replication.service.stop()
         if self.broker is not None:
             with contextlib.suppress(Exception):
                 await self.broker.stop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.replica.partition import leader_epoch_error
 from onceflow.protocol.errors import KafkaError, error_code_for
 from onceflow.protocol.record_codec import decode_batches
 from onceflow.protocol.records import BatchHeader
@@ -76,9 +77,13 @@ def _first_max_record(data: bytes, header: BatchHeader, start: int) -> tuple[int
     return found
 
 
-def _lookup(plog, timestamp: int, read_committed: bool) -> tuple[int, int]:
-    """``(offset, timestamp)`` for one partition's log; -1 for 'none'."""
-    upper = plog.last_stable_offset if read_committed else plog.high_watermark
+def _lookup(plog, timestamp: int, read_committed: bool, replica: bool = False) -> tuple[int, int]:
+    """``(offset, timestamp)`` for one partition's log; -1 for 'none'. A replica (a follower finding
+    the leader's log end) sees the whole log; consumers see it up to the high watermark or LSO."""
+    if replica:
+        upper = plog.log_end_offset
+    else:
+        upper = plog.last_stable_offset if read_committed else plog.high_watermark
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return plog.log_start_offset, -1
     if timestamp == LATEST:
@@ -95,11 +100,16 @@ def _lookup(plog, timestamp: int, read_committed: bool) -> tuple[int, int]:
     return offset, found_timestamp
 
 
-def _partition(ctx: RequestContext, topic: str, part, read_committed: bool) -> _PartitionResponse:
+def _partition(
+    ctx: RequestContext, topic: str, part, read_committed: bool, replica: bool
+) -> _PartitionResponse:
     try:
         partition = ctx.topics.get_partition(topic, part.partition_index)
+        epoch_error = leader_epoch_error(getattr(part, "current_leader_epoch", -1), partition.leader_epoch)
+        if epoch_error:
+            raise KafkaError(f"leader epoch of {topic}-{part.partition_index}", epoch_error)
         plog = partition.log
-        offset, timestamp = _lookup(plog, part.timestamp, read_committed)
+        offset, timestamp = _lookup(plog, part.timestamp, read_committed, replica)
     except KafkaError as exc:
         return _PartitionResponse(
             partition_index=part.partition_index,
@@ -119,9 +129,11 @@ def _partition(ctx: RequestContext, topic: str, part, read_committed: bool) -> _
 
 async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     read_committed = ctx.api_version >= 2 and request.isolation_level == READ_COMMITTED
+    replica = request.replica_id >= 0
     topics = [
         _TopicResponse(
-            name=t.name, partitions=[_partition(ctx, t.name, p, read_committed) for p in t.partitions]
+            name=t.name,
+            partitions=[_partition(ctx, t.name, p, read_committed, replica) for p in t.partitions],
         )
         for t in request.topics
     ]

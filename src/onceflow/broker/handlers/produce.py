@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
@@ -66,7 +68,11 @@ def _append_partition(
     records,
     transactional_id: str | None = None,
     acks: int = -1,
+    timeout_ms: int = 30000,
+    waits: list | None = None,
 ) -> _PartitionResponse:
+    """Append one partition's batches now. On a replicated partition an acks=all append adds
+    ``(response, future)`` to ``waits``: the future says how the ISR's wait ended."""
     try:
         topic = ctx.topics.get(topic_name) if topic_name is not None else None
         if topic is None:
@@ -74,8 +80,10 @@ def _append_partition(
         if topic.internal:
             raise InvalidTopic(f"cannot produce to internal topic {topic_name}")
         partition = ctx.topics.get_partition(topic_name, index)
+        replication = ctx.services.replication
+        replicated = replication is not None and partition.replica is not None
         min_insync = partition.log.config.min_insync_replicas
-        if acks == -1 and min_insync > 1:
+        if acks == -1 and min_insync > 1 and not replicated:
             # One broker: the in-sync replica set is the leader alone (Kafka's Partition check).
             raise NotEnoughReplicas(
                 f"The size of the current ISR Set(1) is insufficient to satisfy the min.isr requirement "
@@ -96,14 +104,22 @@ def _append_partition(
             ctx.api_version,
             ctx.txn_router,
         )
-        result = partition.append(batches)
+        waiter = None
+        if replicated:
+            # The leader's append (min.insync.replicas checked before it); acks=all waits after it.
+            result, waiter = replication.append_now(
+                (topic_name, index), batches, required_acks=acks, timeout_ms=timeout_ms
+            )
+            partition.notify_new_data()
+        else:
+            result = partition.append(batches)
     except KafkaError as exc:
         log.debug("produce to %s-%d failed: %s", topic_name, index, exc)
         return _error(index, error_code_for(exc), str(exc))
     except OSError as exc:  # a disk problem: Kafka answers KAFKA_STORAGE_ERROR (retriable)
         log.exception("append to %s-%d failed", topic_name, index)
         return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
-    return _PartitionResponse(
+    response = _PartitionResponse(
         index=index,
         error_code=0,
         base_offset=result.base_offset,
@@ -112,6 +128,23 @@ def _append_partition(
         record_errors=[],
         error_message=None,
     )
+    if waiter is not None and waits is not None:
+        waits.append((response, waiter))
+    return response
+
+
+async def _await_replication(ctx: RequestContext, waits: list) -> None:
+    """acks=all: each partition's answer once its ISR has the batches, or the error that ended the
+    wait (NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT)."""
+    for response, waiter in waits:
+        error = await waiter
+        if error != ErrorCode.NONE:
+            response.error_code = int(error)
+            response.base_offset = -1
+            response.error_message = f"the batch was appended but not replicated to the ISR: {error.name}"
+    if waits and ctx.faults.fire(faults.CRASH_AFTER_REPLICATION):
+        log.error("fault crash-after-replication: killing the process before answering")
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
@@ -122,6 +155,7 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
     # this awaits only for a transactional request, so idempotent appends keep request order.
     not_added = await add_partitions_for_produce(ctx, request) if version >= FIRST_TV2_PRODUCE_VERSION else {}
     responses = []
+    waits: list = []
     for topic_data in request.topic_data:
         name = topic_data.name
         partitions = []
@@ -137,10 +171,18 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
                     continue
                 partitions.append(
                     _append_partition(
-                        ctx, name, data.index, data.records, request.transactional_id, request.acks
+                        ctx,
+                        name,
+                        data.index,
+                        data.records,
+                        request.transactional_id,
+                        request.acks,
+                        request.timeout_ms,
+                        waits,
                     )
                 )
         responses.append(_TopicResponse(name=name, partition_responses=partitions))
+    await _await_replication(ctx, waits)
 
     if request.acks == 0:
         if any(p.error_code for r in responses for p in r.partition_responses):
