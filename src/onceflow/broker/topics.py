@@ -356,6 +356,14 @@ class TopicManager:
             )
         return partition
 
+    def local_partition(self, topic: str, index: int) -> Partition:
+        """The partition if this broker holds a replica of it, leader or not (UNKNOWN_TOPIC_OR_PARTITION
+        otherwise): for debug readers such as ListOffsets with replica id -2."""
+        t = self._topics.get(topic)
+        if t is None or not 0 <= index < len(t.partitions) or t.partitions[index].log is None:
+            raise UnknownTopicOrPartition(f"this broker holds no replica of {topic}-{index}")
+        return t.partitions[index]
+
     def partitions(self) -> Iterator[Partition]:
         """Every partition this broker holds a log of."""
         for topic in list(self._topics.values()):

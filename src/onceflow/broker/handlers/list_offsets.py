@@ -22,6 +22,9 @@ MAX_VERSION = 10
 REQUEST = ListOffsetsRequest
 
 LATEST = -1
+# A replica id of -2 asks as Kafka's debug consumer: a follower answers too, up to its log end (what
+# `onceflow cluster status` uses to show followers' lag).
+DEBUG_REPLICA_ID = -2
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
@@ -101,10 +104,13 @@ def _lookup(plog, timestamp: int, read_committed: bool, replica: bool = False) -
 
 
 def _partition(
-    ctx: RequestContext, topic: str, part, read_committed: bool, replica: bool
+    ctx: RequestContext, topic: str, part, read_committed: bool, replica: bool, debug: bool = False
 ) -> _PartitionResponse:
     try:
-        partition = ctx.topics.get_partition(topic, part.partition_index)
+        if debug:  # Kafka's debug replica id: any replica answers, with its own log end
+            partition = ctx.topics.local_partition(topic, part.partition_index)
+        else:
+            partition = ctx.topics.get_partition(topic, part.partition_index)
         epoch_error = leader_epoch_error(getattr(part, "current_leader_epoch", -1), partition.leader_epoch)
         if epoch_error:
             raise KafkaError(f"leader epoch of {topic}-{part.partition_index}", epoch_error)
@@ -129,11 +135,12 @@ def _partition(
 
 async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     read_committed = ctx.api_version >= 2 and request.isolation_level == READ_COMMITTED
-    replica = request.replica_id >= 0
+    debug = request.replica_id == DEBUG_REPLICA_ID
+    replica = request.replica_id >= 0 or debug
     topics = [
         _TopicResponse(
             name=t.name,
-            partitions=[_partition(ctx, t.name, p, read_committed, replica) for p in t.partitions],
+            partitions=[_partition(ctx, t.name, p, read_committed, replica, debug) for p in t.partitions],
         )
         for t in request.topics
     ]
