@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
+from onceflow.broker.coordinator.scheduler import ManualScheduler
 from onceflow.broker.group.config import GroupCoordinatorConfig
 from onceflow.broker.group.coordinator import GroupCoordinator
 from onceflow.broker.group.persistence import InMemoryOffsetsTopic
 from onceflow.broker.group.requests import JoinRequest, JoinResult, SyncResult
-from onceflow.broker.group.scheduler import ManualScheduler
 from onceflow.protocol.errors import ErrorCode
 
 SESSION_MS = 10_000

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from onceflow.broker.coordinator.scheduler import ManualScheduler
 from onceflow.broker.group import assignment as a
 from onceflow.broker.group.consumer_groups import (
     ConsumerGroupConfig,
@@ -15,7 +16,6 @@ from onceflow.broker.group.consumer_groups import (
     HeartbeatRequest,
 )
 from onceflow.broker.group.reconciliation import MemberAssignment, MemberState, next_assignment
-from onceflow.broker.group.scheduler import ManualScheduler
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)

@@ -337,7 +337,7 @@ def test_txn_offset_commit_is_accepted_while_the_group_completes_a_rebalance(tmp
     async def scenario():
         async with running_broker(tmp_path, group_initial_rebalance_delay_ms=0) as broker:
             client = await _setup(broker)
-            groups = broker.services.groups
+            groups = broker.services.groups.coordinator  # the sans-IO coordinator, callbacks and all
             first: list = []
             join(groups, "", first)
             while not first:

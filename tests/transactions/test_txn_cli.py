@@ -11,6 +11,7 @@ from tests.broker.test_client_smoke import ThreadedBroker
 from tests.transactions import wire
 
 from onceflow.cli.main import cli
+from onceflow.protocol.records import validate_produce_records
 
 TOPIC = "cli-txn"
 
@@ -33,6 +34,10 @@ async def _request(port: int, request, version: int):
         return await client.request(request, version)
     finally:
         await client.close()
+
+
+async def _append(partition, batch: bytes):
+    return partition.append(validate_produce_records(bytearray(batch)))
 
 
 def request(broker, req, version):
@@ -60,16 +65,13 @@ def test_list_filters_by_transactional_id_pattern(broker):
 
 
 def test_find_hanging_and_abort_moves_the_lso(broker):
-    # A hanging transaction: data written while no coordinator checked it (as after a lost
-    # coordinator state), so no coordinator will ever write its marker.
-    services = broker.broker.services
-    coordinator, services.transactions = services.transactions, None
-    try:
-        batch = wire.txn_batch([b"stuck"], 777_000, 3, 0)
-        resp = request(broker, wire.produce(TOPIC, 0, batch, "ghost"), 9)
-        assert resp.responses[0].partition_responses[0].error_code == 0
-    finally:
-        services.transactions = coordinator
+    # A hanging transaction: data in the log that no coordinator knows of (as after a lost
+    # coordinator state), so no coordinator will ever write its marker. Appended on the broker's
+    # loop, past the Produce path, where the coordinator would refuse it.
+    batch = wire.txn_batch([b"stuck"], 777_000, 3, 0)
+    partition = broker.broker.topics.get_partition(TOPIC, 0)
+    appended = asyncio.run_coroutine_threadsafe(_append(partition, batch), broker._loop).result(10)
+    assert appended.base_offset == 0
     data = request(broker, wire.fetch(TOPIC, 0, 0, 1), 11).responses[0].partitions[0]
     assert data.last_stable_offset == 0 < data.high_watermark
 

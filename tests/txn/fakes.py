@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from onceflow.broker.coordinator.records import StoredBatch
 from onceflow.broker.txn import TransactionConfig, TransactionCoordinator, TxnMarker
 from onceflow.broker.txn.log_format import decode_key, decode_value
 from onceflow.protocol.errors import KafkaError
@@ -27,17 +28,47 @@ class FakeClock:
 
 @dataclass
 class FakeTxnLog:
-    """``__transaction_state`` as a list; ``fail_with`` makes the next append raise."""
+    """``__transaction_state`` as a list of (partition, key, value), behind the runtime's
+    ``PartitionWriter``; ``fail_with`` makes the next append raise. Appends commit on the next turn of
+    the event loop (as a replicated partition's high watermark would move later), so answers really
+    wait for the commit."""
 
     records: list[tuple[int, bytes, bytes | None]] = field(default_factory=list)
     fail_with: KafkaError | None = None
+    num_partitions: int = 50
+    _uncommitted: dict[int, int] = field(default_factory=dict)  # appends whose commit is to come
+    _listener: object = None
 
-    async def append(self, partition: int, key: bytes, value: bytes | None) -> None:
-        await asyncio.sleep(0)  # let other tasks interleave, as a real append would
+    def append(self, partition: int, batch: StoredBatch) -> int:
         if self.fail_with is not None:
             exc, self.fail_with = self.fail_with, None
             raise exc
-        self.records.append((partition, key, value))
+        for key, value in batch.records:
+            self.records.append((partition, key, value))
+        self._uncommitted[partition] = self._uncommitted.get(partition, 0) + len(batch.records)
+        try:
+            asyncio.get_running_loop().call_soon(self._commit, partition, len(batch.records))
+        except RuntimeError:
+            self._commit(partition, len(batch.records))
+        return self.log_end_offset(partition)
+
+    def _commit(self, partition: int, count: int) -> None:
+        self._uncommitted[partition] -= count
+        if self._listener is not None:
+            self._listener(partition, self.high_watermark(partition))
+
+    def read(self, partition: int):
+        return [StoredBatch(((k, v),)) for p, k, v in self.records if p == partition]
+
+    def log_end_offset(self, partition: int) -> int:
+        return sum(1 for p, _, _ in self.records if p == partition)
+
+    def high_watermark(self, partition: int) -> int:
+        # Records put in ``records`` directly (a test's own) count as committed.
+        return self.log_end_offset(partition) - self._uncommitted.get(partition, 0)
+
+    def set_high_watermark_listener(self, listener) -> None:
+        self._listener = listener
 
     def key_values(self) -> list[tuple[bytes, bytes | None]]:
         return [(k, v) for _, k, v in self.records]
@@ -98,6 +129,7 @@ def make_rig(
     complete_in_background: bool = False,
 ) -> Rig:
     log = log or FakeTxnLog()
+    log.num_partitions = (config or TransactionConfig()).transaction_state_log_num_partitions
     markers = FakeMarkers()
     clock = FakeClock()
     ids = CountingIds(ids_start)

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from onceflow.broker.txn.produce_guard import add_partitions_for_produce, verify_transactional_append
+from onceflow.broker.handlers.produce import add_partitions_for_produce
+from onceflow.broker.txn.produce_guard import verify_transactional_append
 from onceflow.protocol.errors import ErrorCode, KafkaError
 from onceflow.protocol.record_codec import encode_batch
 from onceflow.protocol.records import validate_produce_records
@@ -46,7 +47,9 @@ def answer_v3_to_v11(code: ErrorCode, produce_version: int) -> ErrorCode:
 
 
 def answer_v12(code: ErrorCode) -> ErrorCode:
-    ctx = SimpleNamespace(transactions=SimpleNamespace(coordinator=RefusingCoordinator(code)))
+    ctx = SimpleNamespace(
+        transactions=SimpleNamespace(coordinator=RefusingCoordinator(code)), txn_router=None
+    )
     request = SimpleNamespace(
         transactional_id="tid",
         topic_data=[

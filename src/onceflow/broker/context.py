@@ -1,20 +1,28 @@
 """What a request handler gets: the request's identity and the broker's named services.
 
-Deliberately not a service locator: each service is a named attribute, and services that later
-issues add (producer ids, group and transaction coordinators) are ``None`` until they exist.
+Deliberately not a service locator: each service is a named, typed attribute, and every one exists
+before the broker serves its first request (the coordinators have loaded their partitions by then),
+so no handler checks for a missing one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from onceflow.broker.cluster_metadata import ClusterMetadata
     from onceflow.broker.config import BrokerConfig
     from onceflow.broker.faults import Faults
     from onceflow.broker.fetch_session import FetchSessionCache
+    from onceflow.broker.group.service import GroupService
     from onceflow.broker.quotas.manager import ClientQuotas
+    from onceflow.broker.replica.service import ReplicationService
     from onceflow.broker.topics import TopicManager
+    from onceflow.broker.txn.coordinator import ProducerIdSource
+    from onceflow.broker.txn.service import TransactionService
+    from onceflow.server.controller_channel import ControllerChannel
+    from onceflow.server.txn_router import TransactionRouter
 
 
 @dataclass(slots=True)
@@ -28,21 +36,23 @@ class BrokerServices:
     advertised_host: str
     advertised_port: int
     fetch_sessions: FetchSessionCache
-    producer_ids: Any = None
-    groups: Any = None
-    transactions: Any = None
-    quotas: ClientQuotas | None = None  # client quotas (broker/quotas)
+    # The broker's one producer-id allocator (InitProducerId; the transaction coordinator shares it):
+    # a single node's ProducerIdManager, a cluster broker's blocks from the controller.
+    producer_ids: ProducerIdSource
+    groups: GroupService
+    transactions: TransactionService
+    quotas: ClientQuotas  # client quotas (broker/quotas)
     # The cluster: the replayed metadata image (broker.cluster_metadata.ClusterMetadata) and the
     # channel to the active controller that admin requests are forwarded on.
-    metadata: Any = None
-    controller: Any = None
+    metadata: ClusterMetadata | None = None
+    controller: ControllerChannel | None = None
     # Which broker coordinates a transactional id, and asking it (server.txn_router); None: this one.
-    txn_router: Any = None
+    txn_router: TransactionRouter | None = None
     # A cluster broker: client quotas are the metadata image's, changed through the controller.
     quotas_from_metadata: bool = False
     # Partition replication (broker.replica.service.ReplicationService); None: partitions are not
     # replicated (a broker run without a node, in tests and tools).
-    replication: Any = None
+    replication: ReplicationService | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,31 +81,31 @@ class RequestContext:
         return self.services.fetch_sessions
 
     @property
-    def producer_ids(self) -> Any:
+    def producer_ids(self) -> ProducerIdSource:
         return self.services.producer_ids
 
     @property
-    def groups(self) -> Any:
+    def groups(self) -> GroupService:
         return self.services.groups
 
     @property
-    def transactions(self) -> Any:
+    def transactions(self) -> TransactionService:
         return self.services.transactions
 
     @property
-    def quotas(self) -> ClientQuotas | None:
+    def quotas(self) -> ClientQuotas:
         return self.services.quotas
 
     @property
-    def metadata(self) -> Any:
+    def metadata(self) -> ClusterMetadata | None:
         return self.services.metadata
 
     @property
-    def txn_router(self) -> Any:
+    def txn_router(self) -> TransactionRouter | None:
         return self.services.txn_router
 
     @property
-    def controller(self) -> Any:
+    def controller(self) -> ControllerChannel | None:
         return self.services.controller
 
 

@@ -32,6 +32,11 @@ CRASH_AFTER_PREPARE = "crash-after-prepare"
 # to the new leader, which must answer it as a duplicate with the original offset.
 CRASH_AFTER_REPLICATION = "crash-after-replication"
 
+# Coordinator runtime. An append to __consumer_offsets or __transaction_state fails as a broken disk
+# would (KAFKA_STORAGE_ERROR) with nothing written: the coordinator's state stays as it was and the
+# request is answered NOT_COORDINATOR, which clients retry.
+FAIL_COORDINATOR_APPEND = "fail-coordinator-append"
+
 FAULT_POINTS = frozenset(
     {
         CRASH_AFTER_REPLICATION,
@@ -40,6 +45,7 @@ FAULT_POINTS = frozenset(
         DISCONNECT_AFTER_APPEND,
         DELAY_RESPONSE,
         CRASH_AFTER_PREPARE,
+        FAIL_COORDINATOR_APPEND,
     }
 )
 DEFAULT_PARAMETERS = {"delay-response.ms": 1000.0}

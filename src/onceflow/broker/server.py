@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onceflow.broker.client_protocol import Answer, ClientProtocol
 from onceflow.broker.config import BrokerConfig
@@ -49,6 +49,16 @@ from onceflow.broker.topics import TopicManager
 from onceflow.broker.txn.pid_manager import ProducerIdManager
 from onceflow.broker.txn.service import TransactionService
 from onceflow.protocol import apis
+from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+
+if TYPE_CHECKING:
+    from onceflow.broker.cluster_metadata import ClusterMetadata
+    from onceflow.broker.quotas.store import QuotaStore
+    from onceflow.broker.replica.service import ReplicationService
+    from onceflow.broker.txn.coordinator import ProducerIdSource
+    from onceflow.broker.txn.markers import MarkerWriter
+    from onceflow.server.controller_channel import ControllerChannel
+    from onceflow.server.txn_router import TransactionRouter
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +74,9 @@ class Broker:
         log_opener: Callable[[Path, Mapping[str, str]], Any] | None = None,
         config_validator: Callable[[Mapping[str, str]], None] | None = None,
         listeners: Sequence[tuple[str, str, int]] | None = None,
-        metadata: Any = None,
-        controller: Any = None,
-        producer_ids: Any = None,
+        metadata: ClusterMetadata | None = None,
+        controller: ControllerChannel | None = None,
+        producer_ids: ProducerIdSource | None = None,
     ) -> None:
         self.config = config
         # (listener name, host, port); the first is the one logs and `port` speak of.
@@ -75,11 +85,11 @@ class Broker:
         self.controller = controller  # the channel to the active controller
         self._producer_ids = producer_ids
         # A cluster node's transaction markers also go to other brokers (set by the node).
-        self.wrap_markers: Any = None
-        self.txn_router: Any = None  # the node's server.txn_router on a cluster
-        self.replication: Any = None  # the node's ReplicationService on a cluster
+        self.wrap_markers: Callable[[MarkerWriter], MarkerWriter] | None = None
+        self.txn_router: TransactionRouter | None = None  # the node's server.txn_router on a cluster
+        self.replication: ReplicationService | None = None  # the node's replication on a cluster
         # A cluster broker's client quotas come from the metadata image (set by the node).
-        self.quota_store: Any = None
+        self.quota_store: QuotaStore | None = None
         self.faults = Faults(config.faults)
         self.topics = TopicManager(
             config.data_dir,
@@ -88,8 +98,8 @@ class Broker:
             config_validator=config_validator,
             topic_defaults=config.topic_config_defaults(),
             internal_topic_configs={
-                "__consumer_offsets": {"segment.bytes": str(config.offsets_topic_segment_bytes)},
-                "__transaction_state": {"segment.bytes": str(config.transaction_state_log_segment_bytes)},
+                CONSUMER_OFFSETS_TOPIC: {"segment.bytes": str(config.offsets_topic_segment_bytes)},
+                TRANSACTION_STATE_TOPIC: {"segment.bytes": str(config.transaction_state_log_segment_bytes)},
             },
         )
         self.handlers = {h.API_KEY: h for h in HANDLERS}
@@ -144,6 +154,13 @@ class Broker:
         transaction check."""
         first = self.listeners[0][0]
         host, port = (advertised or self.bound)[first]
+        groups = start_group_coordinator(self.config, self.topics, self.faults)
+        # The one producer-id allocator of this broker (InitProducerId; the transaction coordinator
+        # must use this same instance, or ids could repeat).
+        producer_ids = self._producer_ids or ProducerIdManager(self.config.data_dir)
+        transactions = TransactionService(
+            self.config, self.topics, groups, self.faults, producer_ids, wrap_markers=self.wrap_markers
+        )
         self.services = BrokerServices(
             config=self.config,
             topics=self.topics,
@@ -155,10 +172,9 @@ class Broker:
                 self.config.max_incremental_fetch_session_cache_slots,
                 self.config.min_incremental_fetch_session_eviction_ms,
             ),
-            groups=start_group_coordinator(self.config, self.topics),
-            # The one producer-id allocator of this broker (InitProducerId; the transaction
-            # coordinator must use this same instance, or ids could repeat).
-            producer_ids=self._producer_ids or ProducerIdManager(self.config.data_dir),
+            producer_ids=producer_ids,
+            groups=groups,
+            transactions=transactions,
             quotas=ClientQuotas(
                 self.quota_store or FileQuotaStore(self.config.data_dir),
                 window_num=self.config.quota_window_num,
@@ -183,16 +199,7 @@ class Broker:
                 close_idle_connections(lambda: self._connections, self.config.connections_max_idle_ms),
                 name="idle-connections",
             )
-        transactions = TransactionService(
-            self.config,
-            self.topics,
-            self.services.groups,
-            self.faults,
-            self.services.producer_ids,
-            wrap_markers=self.wrap_markers,
-        )
         await transactions.start()  # replays __transaction_state, finishes Prepare* transactions
-        self.services.transactions = transactions
 
     async def serve(self) -> None:
         for server in self._servers.values():
@@ -227,9 +234,8 @@ class Broker:
         self._servers.clear()
         if self._log_cleaner is not None:
             self._log_cleaner.close()  # before the logs close: a build may be reading their segments
-        if self.services is not None and self.services.transactions is not None:
+        if self.services is not None:
             await self.services.transactions.stop()
-        if self.services is not None and self.services.groups is not None:
             self.services.groups.shutdown()
         self.topics.flush()
         self.topics.close()
@@ -312,7 +318,7 @@ class Broker:
         )
         handler = self.handlers[header.api_key]
         quotas = self.services.quotas
-        if quotas is not None and quotas.any_enabled:
+        if quotas.any_enabled:
             return await answer_within_quotas(handler, ctx, event, quotas, self.limit_events)
         response = await handler.handle(ctx, event.request)
         if response is None:

@@ -6,7 +6,8 @@ Cluster-level state lives in the data dir beside the partition directories:
 - ``topics.json``: every topic's name, id (a random UUID, kept forever; Fetch v13+ and Metadata v10+
   name topics by id), partition count, config overrides and whether it is internal.
 
-Both are written atomically (temp file, fsync, rename, fsync of the directory). Partition ``p`` of
+Both are written with ``log.durable_file.write_atomically`` (temp file, fsync, rename, fsync of the
+directory). Partition ``p`` of
 topic ``t`` is the ``Log`` in ``<data-dir>/t-p/``.
 
 Log calls are synchronous file I/O on the page cache (fast); they run in the event loop for now. If
@@ -20,7 +21,6 @@ import base64
 import errno
 import json
 import logging
-import os
 import re
 import resource
 import shutil
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.broker.data_dir_lock import DataDirError, DataDirUnusable
+from onceflow.log.durable_file import write_atomically
 from onceflow.protocol.errors import (
     ErrorCode,
     InvalidPartitions,
@@ -40,6 +41,7 @@ from onceflow.protocol.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
+from onceflow.protocol.internal_topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,6 @@ MAX_TOPIC_NAME_LENGTH = 249
 # answers POLICY_VIOLATION above it: a request cannot make the broker create partitions without end.
 MAX_PARTITIONS_PER_REQUEST = 10_000
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 # Kafka's settings of its internal topics (offsets.topic.segment.bytes, transaction.state.log.segment.bytes):
 # compacted, so the latest committed offset, group and transaction state of every key is kept for good
 # (under the delete policy, retention.ms would drop a quiet group's offsets after a week).
@@ -92,7 +93,13 @@ def _default_config_validator(overrides: Mapping[str, str]) -> None:
 
 
 class Partition:
-    """One partition: its ``Log`` plus the waiters of Fetch long-polls that want to hear of new data.
+    """One partition: its ``Log``, the waiters of Fetch long-polls that want to hear of new data, and
+    the listeners of its high watermark.
+
+    The high watermark is what is committed: what a reader may see, and what the coordinators wait
+    for before they answer (``coordinator.runtime``). With one replica it is the log end, moved by
+    each append; replication will move it when the in-sync replicas have the records, through
+    :meth:`advance_high_watermark`, and the listeners need not change.
 
     On a cluster node the metadata image says who leads it (``leader_id``, ``leader_epoch``); a
     partition this broker holds no replica of has no log (``log`` is None) and is only known by its
@@ -110,12 +117,32 @@ class Partition:
         # leader's append (the replica manager's: leader epochs in the batches, the high watermark).
         self.replica: Any = None
         self.appender: Any = None
+        self._hw_listeners: list[Callable[[int], None]] = []
 
     def append(self, batches: list, **kwargs: Any) -> Any:
         appender = self.appender
         result = appender(batches, **kwargs) if appender is not None else self.log.append(batches, **kwargs)
         self.notify_new_data()
+        if self._hw_listeners:
+            self.advance_high_watermark()
         return result
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    def add_high_watermark_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(high_watermark)`` each time the high watermark may have moved."""
+        self._hw_listeners.append(listener)
+
+    def remove_high_watermark_listener(self, listener: Callable[[int], None]) -> None:
+        if listener in self._hw_listeners:
+            self._hw_listeners.remove(listener)
+
+    def advance_high_watermark(self) -> None:
+        hw = self.high_watermark
+        for listener in list(self._hw_listeners):
+            listener(hw)
 
     def add_waiter(self, waiter: asyncio.Future[None]) -> None:
         self._waiters.add(waiter)
@@ -186,20 +213,6 @@ def _read_topics_file(path: Path) -> list[tuple[str, uuid.UUID, dict[str, str], 
             f"{path} cannot be read ({type(exc).__name__}: {exc}); the broker's list of topics is damaged. "
             "Restore it from a backup, or move the data dir aside to start an empty broker."
         ) from exc
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _topic_id_text(topic_id: uuid.UUID) -> str:
@@ -300,14 +313,14 @@ class TopicManager:
                 raise DataDirDamaged(f"{path} has no cluster.id: the data dir's identity is damaged")
             return props["cluster.id"]
         cluster_id = cluster_id or _new_cluster_id()
-        _write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+        write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
         return cluster_id
 
     def _persist(self) -> None:
         if not self.persist_topics_file:
             return
         doc = {"version": 1, "topics": [t.to_json() for t in self._topics.values()]}
-        _write_atomically(self.data_dir / TOPICS_FILE, json.dumps(doc, indent=1, sort_keys=True))
+        write_atomically(self.data_dir / TOPICS_FILE, json.dumps(doc, indent=1, sort_keys=True))
 
     def _partition_dir(self, topic: str, index: int) -> Path:
         return self.data_dir / f"{topic}-{index}"
@@ -602,7 +615,7 @@ class TopicManager:
             opened = self._open_log(directory, self.effective_configs(topic))
             if not marker.exists():
                 try:
-                    _write_atomically(marker, wanted)
+                    write_atomically(marker, wanted)
                 except OSError:
                     getattr(opened, "abandon", lambda: None)()
                     raise

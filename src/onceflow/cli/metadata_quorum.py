@@ -15,6 +15,7 @@ import time
 import click
 
 from onceflow.cli.common import bootstrap_option, friendly_errors, out
+from onceflow.protocol.internal_topics import CLUSTER_METADATA_TOPIC
 
 
 @click.group(name="metadata-quorum")
@@ -98,7 +99,7 @@ async def _describe(bootstrap: str):
             DescribeQuorumRequest(
                 topics=[
                     topic(
-                        topic_name="__cluster_metadata", partitions=[topic.PartitionData(partition_index=0)]
+                        topic_name=CLUSTER_METADATA_TOPIC, partitions=[topic.PartitionData(partition_index=0)]
                     )
                 ]
             ),

@@ -36,15 +36,15 @@ from kafka.protocol.producer import WriteTxnMarkersRequest
 from onceflow.client.arguments import check_int, check_str, check_str_mapping
 from onceflow.client.async_client import AsyncClient, ClusterMetadata, TopicInfo
 from onceflow.client.connection import BrokerConnectionError, Connection
-from onceflow.client.consumer.assignors import decode_assignment
+from onceflow.client.consumer.classic.assignors import decode_assignment
 from onceflow.client.consumer.coordinator import (
     OFFSET_COMMIT_MAX_VERSION,
     capped_version,
-    find_coordinator,
     offset_commit_topics,
     offset_fetch_topics,
 )
 from onceflow.client.consumer.structs import OffsetAndMetadata, TopicPartition
+from onceflow.client.find_coordinator import find_coordinator
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnsupportedVersion
 from onceflow.protocol.messages import ConsumerGroupDescribeRequest
 
@@ -277,7 +277,7 @@ class AsyncAdminClient:
         return grouped
 
     async def _coordinator(self, key: str, key_type: int = 0) -> Connection:
-        _node, host, port = await find_coordinator(self._client, key, key_type)
+        _node, host, port = await find_coordinator(await self._client.any_connection(), key, key_type)
         return await self._conn_to(host, port)
 
     # -- topics ----------------------------------------------------------------------------------

@@ -52,7 +52,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onceflow.log.log import CLEANED_SUFFIX, Log, write_file_atomically
+from onceflow.log.durable_file import write_atomically
+from onceflow.log.log import CLEANED_SUFFIX, Log
 from onceflow.log.segment import LOG_SUFFIX, segment_file_name
 from onceflow.log.txn_index import AbortedTxn
 from onceflow.protocol import records
@@ -123,7 +124,7 @@ def read_checkpoint(directory: Path) -> int:
 
 def write_checkpoint(directory: Path, offset: int) -> None:
     # Losing it costs a repeated cleaning, never data: no fsync.
-    write_file_atomically(directory / CHECKPOINT_FILE, f"{offset}\n", durable=False)
+    write_atomically(directory / CHECKPOINT_FILE, f"{offset}\n", durable=False)
 
 
 def plan(log_: Log, now_ms: int, *, max_map_bytes: int = DEDUPE_BUFFER_BYTES) -> CleaningPlan | None:

@@ -1,8 +1,8 @@
 """Sparse offset and time indexes of one segment, in Kafka's ``.index`` / ``.timeindex`` file formats.
 
 The entries live in memory (arrays, so a lookup is one bisect) and are written whole to disk at roll,
-flush and close, through a temporary file and a rename so a crash leaves either the old file or the new
-one. Kafka preallocates and mmaps these files; we do not need to, because a missing, short or
+flush and close, with :func:`~onceflow.log.durable_file.write_atomically` so a crash leaves either the
+old file or the new one (and, when written at flush, the file and the rename are fsynced). Kafka preallocates and mmaps these files; we do not need to, because a missing, short or
 inconsistent index is rebuilt from the segment on open.
 
 - ``.index``: entries of (relative offset int32, file position int32). An entry (o, p) says the batch
@@ -14,12 +14,13 @@ inconsistent index is rebuilt from the segment on open.
 from __future__ import annotations
 
 import logging
-import os
 import struct
 import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
+
+from onceflow.log.durable_file import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -27,22 +28,6 @@ OFFSET_ENTRY_SIZE = 8
 TIME_ENTRY_SIZE = 12
 _TIME_ENTRY = struct.Struct(">qi")
 _LITTLE_ENDIAN = sys.byteorder == "little"
-
-
-def write_atomically(path: Path, data: bytes, *, fsync: bool) -> None:
-    """Replace ``path`` with ``data`` via a temporary file and a rename (fsynced first when asked)."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 class OffsetIndex:
@@ -120,7 +105,7 @@ class OffsetIndex:
         return index
 
     def write(self, path: Path, *, fsync: bool = False) -> None:
-        write_atomically(path, self.to_bytes(), fsync=fsync)
+        write_atomically(path, self.to_bytes(), durable=fsync)
 
 
 class TimeIndex:
@@ -178,7 +163,7 @@ class TimeIndex:
         return index
 
     def write(self, path: Path, *, fsync: bool = False) -> None:
-        write_atomically(path, self.to_bytes(), fsync=fsync)
+        write_atomically(path, self.to_bytes(), durable=fsync)
 
 
 def _strictly_increasing(values: array) -> bool:

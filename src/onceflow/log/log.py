@@ -21,9 +21,10 @@ those indexes. Replay after a crash rebuilds the index entries of the replayed r
 
 Durability: an append is acknowledged once ``os.write`` returned, i.e. the bytes are in the OS page
 cache, which survives ``kill -9`` of the process; ``flush()`` fsyncs. ``close()`` leaves a
-``.clean_shutdown`` marker; ``open()`` removes it, and without it CRC-scans the active segment (and any
-segment whose index does not check out), cutting a torn tail at the last valid batch. Sealed segments
-were complete when they rolled, so they are not rescanned.
+``.clean_shutdown`` marker; ``open()`` (:mod:`onceflow.log.loader`) removes it, and without it
+CRC-scans the active segment (and any segment whose index does not check out), cutting a torn tail at
+the last valid batch, finishes an interrupted install of a cleaned segment, and loads the producer
+state. Sealed segments were complete when they rolled, so they are not rescanned.
 
 The log start offset is the first offset a reader may see. Retention deletes whole segments, which
 moves it to the next segment's base. DeleteRecords (``delete_records_before``) can move it inside a
@@ -56,7 +57,17 @@ from typing import NamedTuple
 
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.log.config import LogConfig
+from onceflow.log.durable_file import fsync_directory
 from onceflow.log.leader_epoch import UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
+from onceflow.log.loader import (  # noqa: F401 - LOG_START_OFFSET_FILE: importable from here as before
+    CLEAN_SHUTDOWN_FILE,
+    CLEANED_SUFFIX,
+    LOG_START_OFFSET_FILE,
+    finish_swap,
+    load_log,
+    write_log_start_offset,
+    write_swap_list,
+)
 from onceflow.log.producer_append import (
     apply_producer_appends,
     find_duplicate,
@@ -67,10 +78,7 @@ from onceflow.log.producer_entry import CompletedTxn
 from onceflow.log.producer_snapshot import delete_snapshots_before, delete_snapshots_inside_segment
 from onceflow.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from onceflow.log.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
     NO_TIMESTAMP,
-    TIME_INDEX_SUFFIX,
     LogSegment,
     segment_file_name,
 )
@@ -82,14 +90,8 @@ from onceflow.protocol.records import BatchHeader
 
 log = logging.getLogger(__name__)
 
-CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
-# The cleaner's files: a cleaned segment before it is installed, and the list of segments it replaces.
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
-LOG_START_OFFSET_FILE = "log-start-offset"
 # Bytes appended between periodic producer snapshots (not a Kafka setting: Kafka snapshots only at roll).
 PRODUCER_SNAPSHOT_INTERVAL_BYTES = 64 * 1024 * 1024
-_SEGMENT_NAME_DIGITS = 20
 
 
 def wall_clock_ms() -> int:
@@ -160,67 +162,23 @@ class Log:
         clock_ms: Callable[[], int] = wall_clock_ms,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> Log:
-        """Create or recover the partition directory (see the module docstring for what is checked).
+        """Create or recover the partition directory (:func:`onceflow.log.loader.load_log`).
 
         ``producer_id_expiration_ms`` is the broker's ``producer.id.expiration.ms``."""
-        directory = Path(directory)
-        new = not directory.exists()
-        directory.mkdir(parents=True, exist_ok=True)
-        marker = directory / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        if clean:
-            marker.unlink()
-        _finish_swaps(directory)  # a crash in the middle of installing a cleaned segment
-        bases = _segment_bases(directory)
-        _remove_leftovers(directory, set(bases))
-        now = clock_ms()
-        segments: list[LogSegment] = []
-        result = None
-        try:
-            for i, base in enumerate(bases):
-                is_active = i == len(bases) - 1
-                segments.append(
-                    LogSegment.open(
-                        directory, base, config.index_interval_bytes, now, recover=is_active and not clean
-                    )
-                )
-            if not segments:
-                segments.append(
-                    LogSegment.open(directory, 0, config.index_interval_bytes, now, recover=False)
-                )
-            state = ProducerStateManager(directory.name, producer_id_expiration_ms=producer_id_expiration_ms)
-            deleted_below = min(_read_log_start_offset(directory), segments[-1].next_offset)
-            result = cls(directory, config, clock_ms, segments, state, deleted_below, clean=clean)
-            # A crash between writing the log start and deleting the segments below it leaves them here.
-            result._delete_oldest(result._below_log_start, "records deleted below the log start")
-            start, end = result.log_start_offset, result.log_end_offset
-            replayed = result._replay_producer_state(state.load_latest(directory, start, end, now_ms=now))
-        except BaseException:
-            # Out of file descriptors or a bad disk: give back what was opened, or every failed open
-            # would leak descriptors until the process has none left.
-            if result is not None:
-                result.abandon()
-            else:
-                for segment in segments:
-                    segment.close()
-            raise
-        if new:
-            log.debug("created log %s", directory)  # a new partition: nothing to recover or report
-            return result
-        log.info(
-            "opened log %s (%s shutdown): offsets [%d, %d), %d segment(s), %d producer(s), "
-            "%d producer batch(es) replayed",
-            directory,
-            "clean" if clean else "unclean",
-            start,
-            end,
-            len(segments),
-            state.producer_count,
-            replayed,
+        return load_log(
+            cls,
+            Path(directory),
+            config,
+            clock_ms=clock_ms,
+            producer_id_expiration_ms=producer_id_expiration_ms,
         )
-        return result
 
-    def _replay_producer_state(self, replay_from: int) -> int:
+    def delete_segments_below_log_start(self) -> int:
+        """Delete the segments wholly below the log start (a crash between writing the log start and
+        deleting them leaves them behind)."""
+        return self._delete_oldest(self._below_log_start, "records deleted below the log start")
+
+    def replay_producer_state(self, replay_from: int) -> int:
         """Bring the producer state from ``replay_from`` (its snapshot) up to the log end; returns how
         many producer batches were replayed."""
         end = self.log_end_offset
@@ -568,7 +526,7 @@ class Log:
             )
         if offset <= self.log_start_offset:
             return self.log_start_offset
-        _write_log_start_offset(self.directory, offset)  # durable before the segments go
+        write_log_start_offset(self.directory, offset)  # durable before the segments go
         self._deleted_below = offset
         if self._delete_oldest(self._below_log_start, "records deleted below the log start"):
             delete_snapshots_before(self.directory, self._segments[0].base_offset)
@@ -638,12 +596,12 @@ class Log:
                 f.write(b"".join(txn.encode() for txn in aborted))
                 f.flush()
                 os.fsync(f.fileno())
-        _write_swap_list(self.directory, base, bases)  # the commit point
+        write_swap_list(self.directory, base, bases)  # the commit point
         for segment in current:
             self._unflushed.discard(segment)
             segment.close()
             self._txn_indexes.pop(segment.base_offset).close()
-        _finish_swap(self.directory, base, bases)
+        finish_swap(self.directory, base, bases)
         segment = LogSegment.open(
             self.directory, base, self.config.index_interval_bytes, self._clock_ms(), recover=True
         )
@@ -687,7 +645,7 @@ class Log:
         self._segments[-1].truncate_to(offset)
         if self._deleted_below > self.log_end_offset:
             self._deleted_below = self.log_end_offset
-            _write_log_start_offset(self.directory, self._deleted_below)
+            write_log_start_offset(self.directory, self._deleted_below)
         self._unflushed.add(self._segments[-1])
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         if self._high_watermark is not None and self._high_watermark > self.log_end_offset:
@@ -695,7 +653,7 @@ class Log:
         # Producer state may describe batches that are gone: reload from a snapshot not beyond the new
         # end (later ones are deleted) and replay the rest.
         state = self.producer_state
-        self._replay_producer_state(
+        self.replay_producer_state(
             state.truncate_and_reload(self.log_start_offset, self.log_end_offset, self.directory, now_ms=now)
         )
         log.info("truncated %s to offset %d", self.directory.name, self.log_end_offset)
@@ -716,7 +674,7 @@ class Log:
         self._txn_indexes = {offset: self._open_txn_index(offset)}
         self._unflushed.add(segment)
         self._deleted_below = offset
-        _write_log_start_offset(self.directory, offset)
+        write_log_start_offset(self.directory, offset)
         self.producer_state.truncate_fully_and_start_at(offset, self.directory)
         self.leader_epochs.clear()
         if self._high_watermark is not None:
@@ -791,7 +749,7 @@ class Log:
         self._directory_changed = False
         self._records_since_flush = 0
         self._last_flush_ms = self._clock_ms()
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
 
     def close(self) -> None:
         """Flush, leave the clean-shutdown marker and close the files. Idempotent."""
@@ -806,7 +764,7 @@ class Log:
             index.close()
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         marker.touch()
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
         self._closed = True
 
     def abandon(self) -> None:
@@ -836,114 +794,8 @@ class Log:
         return f"Log({self.directory}, [{self.log_start_offset}, {self.log_end_offset}), {len(self._segments)} segments)"
 
 
-def _segment_bases(directory: Path) -> list[int]:
-    bases = []
-    for path in directory.glob("*" + LOG_SUFFIX):
-        stem = path.name[: -len(LOG_SUFFIX)]
-        if len(stem) == _SEGMENT_NAME_DIGITS and stem.isdigit():
-            bases.append(int(stem))
-    return sorted(bases)
-
-
-def write_file_atomically(path: Path, text: str, *, durable: bool = True) -> None:
-    """Write ``text`` to a temp file and rename it over ``path``: readers see the old or the new file,
-    never half of one. ``durable`` fsyncs the file and the directory, so it also survives a power cut."""
-    temp = path.with_name(path.name + ".tmp")
-    with open(temp, "w") as f:
-        f.write(text)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(temp, path)
-    if durable:
-        _fsync_directory(path.parent)
-
-
-def _write_swap_list(directory: Path, base: int, bases: list[int]) -> None:
-    write_file_atomically(directory / segment_file_name(base, SWAP_SUFFIX), " ".join(map(str, bases)) + "\n")
-
-
-def _finish_swap(directory: Path, base: int, bases: list[int]) -> None:
-    """Replace the segments ``bases`` by ``<base>``'s cleaned files. Idempotent: a crash anywhere in it
-    is finished by running it again (the old files go before the cleaned ones are renamed in)."""
-    cleaned_log = directory / (segment_file_name(base, LOG_SUFFIX) + CLEANED_SUFFIX)
-    cleaned_txn = directory / (segment_file_name(base, TXN_INDEX_SUFFIX) + CLEANED_SUFFIX)
-    suffixes = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-    for old in bases:
-        if old == base and not cleaned_log.exists():
-            continue  # renamed in already: <base>.log is the cleaned one
-        for suffix in suffixes:
-            (directory / segment_file_name(old, suffix)).unlink(missing_ok=True)
-    if cleaned_log.exists():
-        os.replace(cleaned_log, directory / segment_file_name(base, LOG_SUFFIX))
-    if cleaned_txn.exists():
-        os.replace(cleaned_txn, directory / segment_file_name(base, TXN_INDEX_SUFFIX))
-    _fsync_directory(directory)
-    (directory / segment_file_name(base, SWAP_SUFFIX)).unlink(missing_ok=True)
-    _fsync_directory(directory)
-
-
-def _finish_swaps(directory: Path) -> None:
-    if not directory.exists():
-        return
-    for path in sorted(directory.glob("*" + SWAP_SUFFIX)):
-        stem = path.name[: -len(SWAP_SUFFIX)]
-        try:
-            bases = [int(part) for part in path.read_text().split()]
-        except ValueError:
-            bases = []
-        if not stem.isdigit() or not bases or bases[0] != int(stem):
-            # It is renamed into place whole, so this is not a torn write: keep the old segments.
-            log.error("ignoring unreadable %s: the segments it names stay uncleaned", path)
-            path.unlink()
-            continue
-        log.info("finishing the install of cleaned segment %s (a crash interrupted it)", stem)
-        _finish_swap(directory, int(stem), bases)
-
-
-def _remove_leftovers(directory: Path, bases: set[int]) -> None:
-    """Remove temporary files and indexes whose segment is gone (a crash midway through deleting one),
-    and the files of a cleaning that never reached its commit point."""
-    for path in directory.iterdir():
-        name = path.name
-        if name.endswith(".tmp") or name.endswith(CLEANED_SUFFIX):
-            path.unlink(missing_ok=True)
-            continue
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            stem = name[: -len(suffix)]
-            if name.endswith(suffix) and stem.isdigit() and int(stem) not in bases:
-                path.unlink(missing_ok=True)
-
-
-def _read_log_start_offset(directory: Path) -> int:
-    """The start DeleteRecords left in ``directory``, or 0. A damaged file cannot be half-written (it
-    is renamed into place), so one that does not parse is a real fault: say so and keep every record."""
-    path = directory / LOG_START_OFFSET_FILE
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return 0
-    try:
-        return max(int(text.strip()), 0)
-    except ValueError:
-        log.error("ignoring unreadable %s (%r): the log start stays at the first segment", path, text[:40])
-        return 0
-
-
-def _write_log_start_offset(directory: Path, offset: int) -> None:
-    write_file_atomically(directory / LOG_START_OFFSET_FILE, f"{offset}\n")
-
-
 def _largest_timestamp(segment: LogSegment) -> int:
     # Kafka falls back to the file's modification time when no record carries a timestamp.
     if segment.max_timestamp != NO_TIMESTAMP:
         return segment.max_timestamp
     return int(segment.log_path.stat().st_mtime * 1000)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.log.producer_append_info import ProducerAppendInfo
-from onceflow.log.producer_entry import NO_PRODUCER_ID, BatchMetadata, CompletedTxn
+from onceflow.log.producer_entry import BatchMetadata, CompletedTxn
 from onceflow.log.producer_state import ProducerStateManager
-from onceflow.protocol.records import CONTROL_TYPE_COMMIT, BatchHeader, read_control_record
+from onceflow.protocol.records import CONTROL_TYPE_COMMIT, NO_PRODUCER_ID, BatchHeader, read_control_record
 
 Batch = tuple[BatchHeader, memoryview]
 

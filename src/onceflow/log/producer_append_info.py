@@ -30,8 +30,6 @@ import logging
 
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.log.producer_entry import (
-    NO_PRODUCER_EPOCH,
-    NO_SEQUENCE,
     BatchMetadata,
     CompletedTxn,
     ProducerStateEntry,
@@ -45,6 +43,7 @@ from onceflow.protocol.errors import (
     KafkaError,
     OutOfOrderSequence,
 )
+from onceflow.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE
 
 log = logging.getLogger(__name__)
 

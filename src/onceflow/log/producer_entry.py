@@ -14,14 +14,13 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 
+from onceflow.protocol.records import NO_PRODUCER_EPOCH, NO_SEQUENCE
+
 # Kafka keeps the metadata of this many batches per producer (ProducerStateEntry.NUM_BATCHES_TO_RETAIN);
 # the producer's max.in.flight.requests.per.connection must not exceed it for duplicates to be caught.
 NUM_BATCHES_TO_RETAIN = 5
 
 # Kafka's "absent" markers (RecordBatch.NO_PRODUCER_EPOCH, NO_SEQUENCE, NO_TIMESTAMP, ...).
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
 NO_TIMESTAMP = -1
 NO_COORDINATOR_EPOCH = -1
 

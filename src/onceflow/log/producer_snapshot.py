@@ -12,7 +12,8 @@ at the log end and a restarted Kafka broker would take a resend of the 2nd..5th 
 out-of-order sequence. Keeping the whole window means a restart never forgets a duplicate the broker
 would have caught before it.
 
-Files are written atomically (temp file, fsync, rename, fsync of the directory): a crash leaves either
+Files are written with :func:`~onceflow.log.durable_file.write_atomically` (temp file, fsync, rename,
+fsync of the directory): a crash leaves either
 the old set of snapshots or the new one, never a half-written ``.snapshot``. A file that fails any
 check raises :class:`CorruptSnapshot`; the manager deletes it and falls back to an older snapshot.
 """
@@ -20,12 +21,13 @@ check raises :class:`CorruptSnapshot`; the manager deletes it and falls back to 
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from onceflow.log.durable_file import TEMP_SUFFIX as _TEMP
+from onceflow.log.durable_file import write_atomically
 from onceflow.log.producer_entry import ProducerStateEntry
 from onceflow.log.producer_snapshot_format import (
     SNAPSHOT_VERSION,
@@ -59,7 +61,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = ".snapshot"
-TEMP_SUFFIX = ".snapshot.tmp"
+TEMP_SUFFIX = SNAPSHOT_SUFFIX + _TEMP  # what write_atomically leaves if interrupted
 
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
 
@@ -111,27 +113,12 @@ def write_snapshot(directory: Path, offset: int, entries: Iterable[ProducerState
 
 
 def write_snapshot_bytes(directory: Path, offset: int, data: bytes) -> Path:
-    """Write encoded snapshot bytes as the snapshot at ``offset``: temp file, fsync, rename."""
+    """Write encoded snapshot bytes as the snapshot at ``offset``, atomically and durably."""
     directory = Path(directory)
     final = snapshot_path(directory, offset)
-    temp = directory / f"{offset:020d}{TEMP_SUFFIX}"
-    with open(temp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, final)
-    fsync_directory(directory)
+    write_atomically(final, data)  # its temp file is <offset>.snapshot.tmp (TEMP_SUFFIX)
     log.debug("wrote producer snapshot %s (%d bytes)", final, len(data))
     return final
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or unlink in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def delete_snapshot(path: Path) -> None:

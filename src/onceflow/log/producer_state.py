@@ -36,7 +36,6 @@ from pathlib import Path
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.log.producer_append_info import ProducerAppendInfo
 from onceflow.log.producer_entry import (
-    NO_PRODUCER_ID,
     NUM_BATCHES_TO_RETAIN,
     BatchMetadata,
     CompletedTxn,
@@ -54,6 +53,7 @@ from onceflow.log.producer_snapshot import (
     write_snapshot_bytes,
 )
 from onceflow.log.producer_snapshot_format import encode_merged
+from onceflow.protocol.records import NO_PRODUCER_ID
 
 __all__ = [
     "NUM_BATCHES_TO_RETAIN",

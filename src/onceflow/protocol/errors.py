@@ -181,6 +181,11 @@ _RETRIABLE = frozenset(
     }
 )
 
+# The answers of a broker that is not (or no longer) the coordinator of a group or transactional id:
+# a client finds the coordinator again (FindCoordinator) and resends. The one definition; clients add
+# the transport failures they treat the same way (a lost connection, a timeout) where they use it.
+COORDINATOR_MOVED = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+
 
 class KafkaError(Exception):
     """An error that has a Kafka wire code. Subclasses fix ``code``; plain use passes it."""

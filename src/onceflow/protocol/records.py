@@ -55,8 +55,13 @@ _MAX_CODEC = 4  # zstd
 CONTROL_TYPE_ABORT = 0
 CONTROL_TYPE_COMMIT = 1
 
+# Kafka's RecordBatch.NO_PRODUCER_ID / NO_PRODUCER_EPOCH / NO_SEQUENCE: the one definition of each.
 NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+# Epochs are int16: no producer may hold more than this, and the transaction coordinator never hands
+# it out, so that it can always fence once more (an epoch of MAX_PRODUCER_EPOCH - 1 is "exhausted").
+MAX_PRODUCER_EPOCH = 32767
 _INT32_MAX = 0x7FFFFFFF
 
 

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.log.config import LogConfig
-from onceflow.log.log import Log, wall_clock_ms, write_file_atomically
+from onceflow.log.durable_file import fsync_directory, write_atomically
+from onceflow.log.log import Log, wall_clock_ms
 from onceflow.log.segment import LOG_SUFFIX, segment_file_name
 from onceflow.protocol.errors import OffsetOutOfRange
 from onceflow.protocol.records import read_header
@@ -172,7 +173,7 @@ class FileStorage(RaftStorage):
     def write_election(self, election: ElectionState) -> None:
         self._election_writes += 1
         self._maybe_kill(KILL_BEFORE_QUORUM_STATE_WRITE)
-        write_file_atomically(self._quorum_state_path, quorum_state_json(election, self.cluster_id))
+        write_atomically(self._quorum_state_path, quorum_state_json(election, self.cluster_id))
         self._election = election
         self._maybe_kill(KILL_AFTER_QUORUM_STATE_WRITE)
 
@@ -241,13 +242,7 @@ class FileStorage(RaftStorage):
 
     def write_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
         path = self.directory / snapshot_file_name(snapshot_id)
-        partial = path.with_name(path.name + PARTIAL_SUFFIX)
-        with open(partial, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(partial, path)
-        _fsync_directory(self.directory)
+        write_atomically(path, data, temp_suffix=PARTIAL_SUFFIX)
         if snapshot_id not in self._snapshots:
             self._snapshots.append(snapshot_id)
             self._snapshots.sort(key=lambda s: s.offset)
@@ -276,15 +271,7 @@ class FileStorage(RaftStorage):
             if path.name not in keep and path.is_file():
                 path.unlink()
         (self.directory / segment_file_name(snapshot_id.offset, LOG_SUFFIX)).touch()
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
         self._log = self._open_log()
         self.epochs.reset(snapshot_id)
         self._delete_snapshots_below(snapshot_id.offset)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

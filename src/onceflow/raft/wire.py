@@ -18,6 +18,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from onceflow.protocol.apis import REQUEST_CLASSES, RESPONSE_CLASSES
 from onceflow.protocol.errors import ErrorCode
+from onceflow.protocol.internal_topics import CLUSTER_METADATA_TOPIC
 from onceflow.raft import batch_codec
 from onceflow.raft.messages import (
     BeginQuorumEpochRequest,
@@ -36,7 +37,7 @@ from onceflow.raft.messages import (
 )
 from onceflow.raft.records import OffsetAndEpoch
 
-METADATA_TOPIC = "__cluster_metadata"
+METADATA_TOPIC = CLUSTER_METADATA_TOPIC
 METADATA_PARTITION = 0
 # Kafka's Uuid.METADATA_TOPIC_ID: the fixed id of __cluster_metadata.
 METADATA_TOPIC_ID = uuid.UUID(int=1)

@@ -323,12 +323,12 @@ class Node:
 
     def _quotas_changed(self, quotas) -> None:
         services = self.broker.services if self.broker is not None else None
-        if services is not None and services.quotas is not None:
+        if services is not None:
             services.quotas.replace(quotas)
 
     def _partitions_deleted(self, partitions) -> None:
         services = self.broker.services if self.broker is not None else None
-        if services is not None and services.groups is not None:
+        if services is not None:
             services.groups.on_partitions_deleted(partitions)
 
     # ------------------------------------------------------------ stop

@@ -14,12 +14,12 @@ from typing import Any
 
 from kafka.protocol.producer import AddPartitionsToTxnRequest
 
-from onceflow.broker.txn.config import partition_for_key
+from onceflow.broker.coordinator.partitioning import partition_for_key
 from onceflow.protocol.errors import ErrorCode
+from onceflow.protocol.internal_topics import TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
-TRANSACTION_STATE = "__transaction_state"
 ADD_PARTITIONS_TO_TXN = 24
 
 
@@ -32,7 +32,7 @@ class TransactionRouter:
 
     def coordinator_of(self, transactional_id: str) -> int:
         """The broker leading the id's ``__transaction_state`` partition (-1: none right now)."""
-        topic = self.metadata.image.topic(TRANSACTION_STATE)
+        topic = self.metadata.image.topic(TRANSACTION_STATE_TOPIC)
         if topic is None or not topic.partitions:
             return -1
         registration = topic.partitions.get(partition_for_key(transactional_id, len(topic.partitions)))

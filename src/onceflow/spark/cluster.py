@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from onceflow.client import AsyncClient, BrokerConnectionError
 from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from onceflow.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
+from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError, UnknownTopicOrPartition
 from onceflow.spark.offsets import PartitionOffsets, TopicPartition
 from onceflow.spark.options import SourceOptions
 
@@ -27,12 +27,10 @@ T = TypeVar("T")
 CONNECT_ATTEMPTS = 10
 RETRY_BACKOFF_S = 0.5
 # Errors a broker answers while it is (re)starting or electing; worth asking again.
-_RETRIABLE = {
+_RETRIABLE = COORDINATOR_MOVED | {
     ErrorCode.LEADER_NOT_AVAILABLE,
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
     ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.NOT_COORDINATOR,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
 }
 

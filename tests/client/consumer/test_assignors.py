@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onceflow.client.consumer.assignors import (
+from onceflow.client.consumer.classic.assignors import (
     Assignment,
     CooperativeStickyAssignor,
     RangeAssignor,

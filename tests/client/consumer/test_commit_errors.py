@@ -15,9 +15,9 @@ from tests.helpers.broker import BrokerProcess
 from onceflow.client import AdminClient, AsyncClient
 from onceflow.client.consumer import AsyncConsumer, CommitFailed, RebalanceInProgress
 from onceflow.client.consumer import TopicPartition as TP
-from onceflow.client.consumer.assignors import Assignment, RangeAssignor, encode_assignment
-from onceflow.client.consumer.consumer_membership import Reconciliation
-from onceflow.client.consumer.group import Action, GroupMembership, MemberState, SyncResult
+from onceflow.client.consumer.classic.assignors import Assignment, RangeAssignor, encode_assignment
+from onceflow.client.consumer.classic.membership import Action, GroupMembership, MemberState, SyncResult
+from onceflow.client.consumer.kip848.membership import Reconciliation
 from onceflow.client.consumer.offset_commit import CommitErrorAction as A
 from onceflow.client.consumer.offset_commit import ConsumerTimeout, commit_error_action
 from onceflow.client.producer import AsyncProducer

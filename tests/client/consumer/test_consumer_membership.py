@@ -7,12 +7,12 @@ import uuid
 
 import pytest
 
-from onceflow.client.consumer.consumer_membership import (
+from onceflow.client.consumer.classic.membership import Action
+from onceflow.client.consumer.kip848.membership import (
     ConsumerMembership,
     MemberState,
     new_member_id,
 )
-from onceflow.client.consumer.group import Action
 from onceflow.client.consumer.structs import TopicPartition as TP
 from onceflow.protocol.errors import ErrorCode, KafkaError
 from onceflow.protocol.messages import ConsumerGroupHeartbeatResponse as Response

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kafka.protocol.consumer import HeartbeatResponse, JoinGroupResponse, SyncGroupResponse
 
-from onceflow.client.consumer.assignors import (
+from onceflow.client.consumer.classic.assignors import (
     Assignment,
     CooperativeStickyAssignor,
     RangeAssignor,
@@ -14,7 +14,7 @@ from onceflow.client.consumer.assignors import (
     encode_assignment,
     encode_subscription,
 )
-from onceflow.client.consumer.group import (
+from onceflow.client.consumer.classic.membership import (
     TRANSITIONS,
     Action,
     GroupMembership,

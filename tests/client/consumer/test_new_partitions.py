@@ -22,14 +22,14 @@ from onceflow.client import AsyncAdminClient, AsyncClient
 from onceflow.client.async_client import LATEST_TIMESTAMP, ClusterMetadata, PartitionInfo, TopicInfo
 from onceflow.client.consumer import AsyncConsumer
 from onceflow.client.consumer import TopicPartition as TP
-from onceflow.client.consumer.assignors import (
+from onceflow.client.consumer.classic.assignors import (
     Assignment,
     RangeAssignor,
     Subscription,
     encode_assignment,
     encode_subscription,
 )
-from onceflow.client.consumer.group import GroupMembership, MemberState
+from onceflow.client.consumer.classic.membership import GroupMembership, MemberState
 from onceflow.client.consumer.metadata_watch import MetadataWatch, partition_counts
 from onceflow.protocol.errors import ErrorCode
 from onceflow.protocol.record_codec import encode_batch

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from onceflow.client.consumer.assignors import TopicPartition
 from onceflow.client.consumer.fetcher import CompletedFetch, batch_epochs
 from onceflow.client.consumer.position_validation import Outcome, build_request, judge, needs_validation
+from onceflow.client.consumer.structs import TopicPartition
 from onceflow.client.consumer.subscription_state import PartitionState
 from onceflow.protocol import records
 from onceflow.protocol.errors import ErrorCode

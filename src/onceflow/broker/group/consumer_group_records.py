@@ -19,6 +19,7 @@ from onceflow.broker.group import assignment as a
 from onceflow.broker.group.assignment import Assignment
 from onceflow.broker.group.reconciliation import MemberAssignment, MemberState
 from onceflow.protocol.errors import CorruptMessage
+from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC
 from onceflow.protocol.schema_io import SchemaReader, SchemaWriter
 
 GROUP_EPOCH = 3
@@ -31,7 +32,7 @@ RECORD_TYPES = frozenset(
     {GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT}
 )
 _PER_MEMBER = frozenset({MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT})
-_WHAT = "__consumer_offsets"
+_WHAT = CONSUMER_OFFSETS_TOPIC  # names the topic in CorruptMessage texts
 _STATE_BYTES = {
     MemberState.STABLE: 0,
     MemberState.UNREVOKED_PARTITIONS: 1,

@@ -8,11 +8,17 @@ grows) bumps the *group epoch*; the next heartbeat recomputes the *target assign
 with the group's assignor, and each member then reconciles towards its target one heartbeat at a time
 (:mod:`reconciliation`), revoking before anyone else is given what it had.
 
-Persistence, as in Kafka: after every change the group's records (:mod:`consumer_group_records`: group
-epoch, target epoch, and per member its subscription, target and current assignment) are compared with
-what was last written, and only the differences (and tombstones for what went) are appended to
-``__consumer_offsets`` through the injected ``persist``; :meth:`ConsumerGroups.restore` rebuilds a group
-from its replayed records, so members keep their epochs and partitions across a broker restart.
+Persistence, as in Kafka's group coordinator: a change is worked out on a copy of the group
+(:meth:`ConsumerGroup.working_copy`), its records (:mod:`consumer_group_records`: group epoch, target
+epoch, and per member its subscription, target and current assignment) are compared with those of
+the live group, and only the differences (and tombstones for what went) are emitted through the
+injected ``emit``. The live group changes only by :meth:`ConsumerGroups.replay` of those records once
+they are in ``__consumer_offsets``: the coordinator runtime appends them and replays them, with the
+replay that loading a partition uses, so a heartbeat is answered only with a state the log holds and a
+broker that loads the partition (a restart, a failover) gives members the epochs and partitions they
+were told. What the records do not hold (session and revocation timers, the subscribed topics as of
+the group epoch) is set on the live group once the records are written. Without an ``emit`` (tests of
+the protocol alone) the records are replayed at once.
 A heartbeat for a group this broker does not know is UNKNOWN_MEMBER_ID rather than Kafka's
 GROUP_ID_NOT_FOUND, which clients treat as fatal (a group deleted under its members, for instance).
 """
@@ -27,11 +33,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from onceflow.broker.coordinator.scheduler import Scheduler, TimerHandle
 from onceflow.broker.group import assignment as a
 from onceflow.broker.group import consumer_group_records as rec
 from onceflow.broker.group.assignment import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment
 from onceflow.broker.group.reconciliation import MemberAssignment, MemberState, next_assignment
-from onceflow.broker.group.scheduler import Scheduler, TimerHandle
 from onceflow.broker.patterns import compile_pattern
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
@@ -109,8 +115,34 @@ class ConsumerGroup:
     owners: dict[tuple[uuid.UUID, int], str] = dataclasses.field(default_factory=dict)
     static_members: dict[str, str] = dataclasses.field(default_factory=dict)
     assignor: str = DEFAULT_ASSIGNOR  # the one that made the target assignment
-    # The records last written for this group, by key: what the next write is compared with.
+    # The group's records in the log, by key (kept by replay): what the next change is compared with.
     persisted: dict[rec.ConsumerGroupKey, bytes] = dataclasses.field(default_factory=dict)
+
+    def working_copy(self) -> ConsumerGroup:
+        """A copy to work out a change on: the live group stays as it is until the change's records
+        are replayed into it. Members are shared until :meth:`own` copies the one a change touches."""
+        return ConsumerGroup(
+            self.group_id,
+            self.epoch,
+            self.target_epoch,
+            dict(self.target),
+            dict(self.members),
+            dict(self.topics),
+            dict(self.owners),
+            dict(self.static_members),
+            self.assignor,
+            self.persisted,  # read only: what the change is compared with
+        )
+
+    def own(self, member_id: str) -> ConsumerMember:
+        """The member, copied into this working copy (without timers: those stay the live one's), so
+        that changing it leaves the live group alone."""
+        shared = self.members[member_id]
+        member = ConsumerMember.__new__(ConsumerMember)
+        member.__dict__.update(shared.__dict__)
+        member.session_timer = member.rebalance_timer = None
+        self.members[member_id] = member
+        return member
 
     @property
     def state(self) -> ConsumerGroupState:
@@ -135,7 +167,7 @@ class ConsumerGroup:
                 del self.owners[tp]
 
     def remove(self, member: ConsumerMember) -> None:
-        member.cancel_timers()
+        """Take the member out (its timers are the replay's to cancel: this may be a working copy)."""
         self._release(member)
         del self.members[member.member_id]
         self.target.pop(member.member_id, None)
@@ -177,8 +209,11 @@ class HeartbeatResult:
     assignment: Assignment | None  # None: unchanged since the member's last heartbeat
 
 
-# (group id, [(key, value or None for a tombstone)]) -> appended to __consumer_offsets
-Persist = Callable[[str, list[tuple[bytes, bytes | None]]], None]
+# (group id, [(key, value or None for a tombstone)], what to do once they are written): the records go
+# to __consumer_offsets and come back through ConsumerGroups.replay before ``on_written`` runs.
+Emit = Callable[[str, list[tuple[bytes, bytes | None]], Callable[[], None] | None], None]
+# (group id, delay, callback): a timer, which the coordinator runs as an operation of the group's partition.
+CallLater = Callable[[str, int, Callable[[], None]], TimerHandle]
 
 
 class ConsumerGroups:
@@ -187,12 +222,17 @@ class ConsumerGroups:
         config: ConsumerGroupConfig,
         scheduler: Scheduler,
         topics: TopicLookup,
-        persist: Persist | None = None,
+        *,
+        emit: Emit | None = None,
+        call_later: CallLater | None = None,
     ) -> None:
         self.config = config
         self._scheduler = scheduler
         self._topics = topics
-        self._persist_records = persist
+        self._emit_records = emit or self._replay_now
+        self._call_later = call_later or (
+            lambda _group_id, delay, callback: scheduler.call_later(delay, callback)
+        )
         self._groups: dict[str, ConsumerGroup] = {}
 
     # -- registry ------------------------------------------------------------------------------
@@ -204,13 +244,19 @@ class ConsumerGroups:
         return list(self._groups.values())
 
     def delete(self, group_id: str) -> None:
-        group = self._groups.pop(group_id)
-        for member in list(group.members.values()):
-            group.remove(member)
-        self._persist(group, gone=True)
+        """Emit the tombstones of every record of the group: its replay removes it."""
+        group = self._groups[group_id]
+        self._emit(None, group, None)
 
     def shutdown(self) -> None:
         for group in self._groups.values():
+            for member in group.members.values():
+                member.cancel_timers()
+
+    def forget(self, group_id: str) -> None:
+        """Drop a group from memory, its log untouched (its partition was unloaded)."""
+        group = self._groups.pop(group_id, None)
+        if group is not None:
             for member in group.members.values():
                 member.cancel_timers()
 
@@ -219,25 +265,26 @@ class ConsumerGroups:
     def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         """Raises :class:`KafkaError` with the answer's error code."""
         self._validate(req)
-        group = self._groups.get(req.group_id)
+        live = self._groups.get(req.group_id)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return self._leave(group, req)
-        if group is None:
-            if req.member_epoch != 0:
-                raise KafkaError(
-                    f"member {req.member_id} is not in group {req.group_id}", E.UNKNOWN_MEMBER_ID
-                )
-            group = self._groups[req.group_id] = ConsumerGroup(req.group_id)
+            return self._leave(live, req)
+        if live is None and req.member_epoch != 0:
+            raise KafkaError(f"member {req.member_id} is not in group {req.group_id}", E.UNKNOWN_MEMBER_ID)
+        if live is not None and req.member_epoch != 0:
+            steady = self._steady_heartbeat(live, req)
+            if steady is not None:
+                return steady
+        # Everything below works on a copy; the live group changes when the records are replayed.
+        group = live.working_copy() if live is not None else ConsumerGroup(req.group_id)
         if req.member_epoch == 0:
             member, bump = self._join(group, req)
         else:
-            member, bump = self._known_member(group, req), False
+            member, bump = group.own(self._known_member(group, req).member_id), False
         metadata_before = _member_metadata(member)
         bump |= self._update_subscription(member, req)
         bump |= self._refresh_topics(group)
         if bump:  # one new group epoch for whatever this heartbeat changed
             group.epoch += 1
-        self._refresh_session(group, member)
         new_target = group.epoch > group.target_epoch
         if new_target:
             self._compute_target(group)
@@ -253,11 +300,17 @@ class ConsumerGroups:
         )
         if after != before:
             group.set_assignment(member, after)
-            self._watch_revocation(group, member, before)
         # Most heartbeats change nothing: only a change is worth rebuilding the group's records for.
         joined = req.member_epoch == 0
-        if joined or new_target or after != before or _member_metadata(member) != metadata_before:
-            self._persist(group)
+        changed_records = (
+            joined or new_target or after != before or _member_metadata(member) != metadata_before
+        )
+        member_id, topics, assignor = member.member_id, group.topics, group.assignor
+
+        def written() -> None:
+            self._after_write(req.group_id, member_id, before, topics, assignor)
+
+        self._emit(group, live, written, unchanged=not changed_records)
         full_request = req.member_epoch == 0 or req.owned is not None
         changed = after.assigned != before.assigned or after.epoch != before.epoch
         return HeartbeatResult(
@@ -265,6 +318,40 @@ class ConsumerGroups:
             after.epoch,
             self.config.heartbeat_interval_ms,
             after.assigned if (changed or full_request) else None,
+        )
+
+    def _steady_heartbeat(self, live: ConsumerGroup, req: HeartbeatRequest) -> HeartbeatResult | None:
+        """Most heartbeats change nothing the log holds: the member's subscription is what it was,
+        the topics and the target are current, and the member is where its reconciliation leaves
+        it. Such a heartbeat is answered from the live group, read only, with no copy and no records
+        (only the session is refreshed); any other gets None and takes the full path."""
+        member = self._known_member(live, req)  # raises what the full path would
+        if not _subscription_unchanged(member, req) or live.epoch > live.target_epoch:
+            return None
+        if self._topic_snapshot(live) != live.topics:
+            return None
+        before = member.assignment
+        after = next_assignment(
+            before,
+            live.target_epoch,
+            live.target.get(member.member_id, a.EMPTY),
+            req.owned,
+            lambda topic, partition: (
+                live.owners.get((topic, partition), member.member_id) != member.member_id
+            ),
+        )
+        if after != before:
+            return None
+        member_id, topics, assignor = member.member_id, live.topics, live.assignor
+        self._emit_records(
+            live.group_id, [], lambda: self._after_write(live.group_id, member_id, before, topics, assignor)
+        )
+        full_request = req.owned is not None
+        return HeartbeatResult(
+            member_id,
+            before.epoch,
+            self.config.heartbeat_interval_ms,
+            before.assigned if full_request else None,
         )
 
     def _validate(self, req: HeartbeatRequest) -> None:
@@ -305,6 +392,9 @@ class ConsumerGroups:
                     f"instance {req.instance_id} belongs to member {owner}", E.FENCED_INSTANCE_ID
                 )
         if group is not None and member is not None:
+            live, group = group, group.working_copy()
+            member = group.own(member.member_id)
+            written = None
             if req.member_epoch == STATIC_LEAVE_EPOCH:
                 # A static member's temporary leave: it keeps its partitions, reserved for its instance id
                 # until it rejoins or its session times out.
@@ -314,12 +404,20 @@ class ConsumerGroups:
                         member.assignment, epoch=STATIC_LEAVE_EPOCH, previous_epoch=member.assignment.epoch
                     ),
                 )
-                self._refresh_session(group, member)
+                member_id, before, topics, assignor = (
+                    member.member_id,
+                    member.assignment,
+                    group.topics,
+                    group.assignor,
+                )
+
+                def written() -> None:
+                    self._after_write(req.group_id, member_id, before, topics, assignor)
             else:
                 group.remove(member)
                 group.epoch += 1
                 log.info("group %s: member %s left", group.group_id, member.member_id)
-            self._persist(group)
+            self._emit(group, live, written)
         return HeartbeatResult(req.member_id, req.member_epoch, self.config.heartbeat_interval_ms, None)
 
     def _join(self, group: ConsumerGroup, req: HeartbeatRequest) -> tuple[ConsumerMember, bool]:
@@ -453,12 +551,33 @@ class ConsumerGroups:
 
     # -- timers ----------------------------------------------------------------------------------
 
+    def _after_write(
+        self,
+        group_id: str,
+        member_id: str,
+        before: MemberAssignment,
+        topics: dict[str, tuple[uuid.UUID, int]],
+        assignor: str,
+    ) -> None:
+        """What a heartbeat changes besides its records, once they are written: the subscribed topics
+        as of the group epoch, the assignor, and the member's timers."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return
+        group.topics, group.assignor = topics, assignor
+        member = group.members.get(member_id)
+        if member is not None:
+            self._refresh_session(group, member)
+            self._watch_revocation(group, member, before)
+
     def _refresh_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         if member.session_timer is not None:
             member.session_timer.cancel()
-        member.session_timer = self._scheduler.call_later(
+        group_id, member_id = group.group_id, member.member_id
+        member.session_timer = self._call_later(
+            group_id,
             self.config.session_timeout_ms,
-            lambda: self._fence(group.group_id, member.member_id, "its session timed out"),
+            lambda: self._fence(group_id, member_id, "its session timed out"),
         )
 
     def _watch_revocation(
@@ -467,31 +586,35 @@ class ConsumerGroups:
         """A member asked to revoke has its rebalance timeout to do so, or it is fenced."""
         now_revoking = member.assignment.state is MemberState.UNREVOKED_PARTITIONS
         if now_revoking and before.state is not MemberState.UNREVOKED_PARTITIONS:
-            epoch = member.assignment.epoch
+            group_id, member_id, epoch = group.group_id, member.member_id, member.assignment.epoch
 
             def expire() -> None:
+                live_group = self._groups.get(group_id)
+                current = live_group.members.get(member_id) if live_group is not None else None
                 still_revoking = (
-                    group.members.get(member.member_id) is member
-                    and member.assignment.state is MemberState.UNREVOKED_PARTITIONS
-                    and member.assignment.epoch == epoch
+                    current is not None
+                    and current.assignment.state is MemberState.UNREVOKED_PARTITIONS
+                    and current.assignment.epoch == epoch
                 )
                 if still_revoking:
-                    self._fence(group.group_id, member.member_id, "it did not revoke in time")
+                    self._fence(group_id, member_id, "it did not revoke in time")
 
-            member.rebalance_timer = self._scheduler.call_later(member.rebalance_timeout_ms, expire)
+            if member.rebalance_timer is not None:
+                member.rebalance_timer.cancel()
+            member.rebalance_timer = self._call_later(group_id, member.rebalance_timeout_ms, expire)
         elif not now_revoking and member.rebalance_timer is not None:
             member.rebalance_timer.cancel()
             member.rebalance_timer = None
 
     def _fence(self, group_id: str, member_id: str, why: str) -> None:
-        group = self._groups.get(group_id)
-        member = group.members.get(member_id) if group is not None else None
-        if group is None or member is None:
+        live = self._groups.get(group_id)
+        if live is None or member_id not in live.members:
             return
-        group.remove(member)
+        group = live.working_copy()
+        group.remove(group.members[member_id])
         group.epoch += 1
         log.info("group %s: member %s removed: %s", group_id, member_id, why)
-        self._persist(group)
+        self._emit(group, live, None)
 
     # -- persistence -------------------------------------------------------------------------------
 
@@ -515,56 +638,110 @@ class ConsumerGroups:
             )
         return records
 
-    def _persist(self, group: ConsumerGroup, *, gone: bool = False) -> None:
-        """Append what changed since the last write (tombstones for what is gone). A failed append is
-        logged and left to the next change, which compares against what was written last."""
-        if self._persist_records is None:
+    def _emit(
+        self,
+        group: ConsumerGroup | None,
+        live: ConsumerGroup | None,
+        written: Callable[[], None] | None,
+        *,
+        unchanged: bool = False,
+    ) -> None:
+        """Emit what turns ``live`` (None: no such group yet) into ``group`` (None: deleted): the
+        records that differ and tombstones for those that went. ``unchanged``: nothing persisted
+        changed, only ``written`` is due."""
+        if group is None:  # delete(): ``live`` goes
+            group_id, now, persisted = live.group_id if live else "", {}, live.persisted if live else {}
+        elif unchanged:
+            self._emit_records(group.group_id, [], written)
             return
-        now = {} if gone else self._records(group)
-        changes = [(k, v) for k, v in now.items() if group.persisted.get(k) != v]
-        changes += [(k, None) for k in group.persisted if k not in now]
-        if not changes:
-            return
-        try:
-            self._persist_records(group.group_id, [(rec.encode_key(k), v) for k, v in changes])
-        except Exception:
-            log.exception("group %s: writing its state to __consumer_offsets failed", group.group_id)
-            return
-        group.persisted = now
+        else:
+            group_id = group.group_id
+            persisted = live.persisted if live is not None else {}
+            now = self._records(group)
+        changes = [(k, v) for k, v in now.items() if persisted.get(k) != v]
+        changes += [(k, None) for k in persisted if k not in now]
+        self._emit_records(group_id, [(rec.encode_key(k), v) for k, v in changes], written)
 
-    def restore(self, group_id: str, records: dict[rec.ConsumerGroupKey, bytes]) -> ConsumerGroup | None:
-        """Rebuild a group from its replayed records (tombstones already applied); members get a
-        fresh session. Returns None when there is no group epoch record."""
-        epoch = records.get(rec.ConsumerGroupKey(rec.GROUP_EPOCH, group_id))
-        if epoch is None:
-            return None
-        target_epoch = records.get(rec.ConsumerGroupKey(rec.TARGET_EPOCH, group_id))
-        group = ConsumerGroup(
-            group_id, rec.decode_epoch(epoch), rec.decode_epoch(target_epoch) if target_epoch else 0
+    def _replay_now(
+        self, group_id: str, records: list[tuple[bytes, bytes | None]], written: Callable[[], None] | None
+    ) -> None:
+        """The ``emit`` of a ConsumerGroups without a log: replay at once."""
+        from onceflow.broker.group import log_format as fmt
+
+        for raw_key, value in records:
+            key = fmt.decode_key(raw_key)
+            if isinstance(key, rec.ConsumerGroupKey):
+                self.replay(key, value)
+        if written is not None:
+            written()
+
+    def replay(self, key: rec.ConsumerGroupKey, value: bytes | None) -> None:
+        """Fold one record of ``__consumer_offsets`` into the group it belongs to (loading and live
+        writes alike; a tombstone removes what it names, the group epoch's the group)."""
+        group_id = key.group_id
+        group = self._groups.get(group_id)
+        if group is None:
+            if value is None:
+                return
+            group = self._groups[group_id] = ConsumerGroup(group_id)
+        if value is None:
+            group.persisted.pop(key, None)
+        else:
+            group.persisted[key] = value
+        kind = key.record_type
+        if kind == rec.GROUP_EPOCH:
+            if value is None:
+                self.forget(group_id)  # deleted: its member and target records go in the same batch
+            else:
+                group.epoch = rec.decode_epoch(value)
+        elif kind == rec.TARGET_EPOCH:
+            group.target_epoch = rec.decode_epoch(value) if value is not None else 0
+        elif kind == rec.TARGET_MEMBER:
+            if value is None:
+                group.target.pop(key.member_id or "", None)
+            else:
+                group.target[key.member_id or ""] = rec.decode_target_member(value)
+        elif kind in (rec.MEMBER_METADATA, rec.CURRENT_ASSIGNMENT):
+            self._replay_member(group, key.member_id or "")
+
+    def _replay_member(self, group: ConsumerGroup, member_id: str) -> None:
+        """A member exists while both its subscription and its current assignment records do."""
+        gid = group.group_id
+        metadata = group.persisted.get(rec.ConsumerGroupKey(rec.MEMBER_METADATA, gid, member_id))
+        current = group.persisted.get(rec.ConsumerGroupKey(rec.CURRENT_ASSIGNMENT, gid, member_id))
+        member = group.members.get(member_id)
+        if metadata is None or current is None:
+            if member is not None:
+                group.remove(member)
+                member.cancel_timers()
+            return
+        md = rec.decode_member_metadata(metadata)
+        if member is None:
+            member = group.members[member_id] = ConsumerMember(
+                member_id, md.instance_id, md.client_id, md.client_host
+            )
+        member.instance_id, member.client_id, member.client_host = (
+            md.instance_id,
+            md.client_id,
+            md.client_host,
         )
-        for key, value in records.items():
-            if key.record_type == rec.TARGET_MEMBER:
-                group.target[key.member_id] = rec.decode_target_member(value)
-            elif key.record_type == rec.MEMBER_METADATA:
-                current = records.get(rec.ConsumerGroupKey(rec.CURRENT_ASSIGNMENT, group_id, key.member_id))
-                if current is None:
-                    continue
-                md = rec.decode_member_metadata(value)
-                member = ConsumerMember(
-                    key.member_id,
-                    md.instance_id,
-                    md.client_id,
-                    md.client_host,
-                    md.rack_id,
-                    md.rebalance_timeout_ms,
-                    md.subscribed_topic_names,
-                    md.subscribed_topic_regex,
-                    md.server_assignor,
-                )
-                group.members[member.member_id] = member
-                if member.instance_id is not None:
-                    group.static_members[member.instance_id] = member.member_id
-                group.set_assignment(member, rec.decode_current_assignment(current))
+        member.rack_id = md.rack_id
+        member.rebalance_timeout_ms = md.rebalance_timeout_ms
+        member.subscribed_topic_names = md.subscribed_topic_names
+        member.subscribed_topic_regex = md.subscribed_topic_regex
+        member.server_assignor = md.server_assignor
+        if member.instance_id is not None:
+            group.static_members[member.instance_id] = member_id
+        assignment = rec.decode_current_assignment(current)
+        if assignment != member.assignment:
+            group.set_assignment(member, assignment)
+
+    def loaded(self, group_id: str) -> None:
+        """The group's partition was replayed: members get a fresh session, revocations their
+        deadline, and the subscribed topics are looked up again."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return
         group.topics = self._topic_snapshot(group)
         known_ids = {topic_id for topic_id, _ in group.topics.values()}
         held = {
@@ -574,12 +751,9 @@ class ConsumerGroups:
         }
         if held - known_ids or any(set(t) - known_ids for t in group.target.values()):
             group.topics = {}  # a topic went while we were down: the first heartbeat reassigns
-        group.persisted = dict(records)
-        self._groups[group_id] = group
         for member in group.members.values():
             self._refresh_session(group, member)
             self._watch_revocation(group, member, MemberAssignment(MemberState.STABLE, 0, 0, a.EMPTY))
-        return group
 
     # -- offsets of consumer-protocol members ----------------------------------------------------
 
@@ -631,6 +805,24 @@ class ConsumerGroups:
         if member_epoch != member.assignment.epoch:
             return E.STALE_MEMBER_EPOCH
         return E.NONE
+
+
+def _subscription_unchanged(member: ConsumerMember, req: HeartbeatRequest) -> bool:
+    """Whether what the heartbeat sends of the member (rack, rebalance timeout, subscription,
+    assignor) is what the member already has (fields not sent change nothing)."""
+    return (
+        (req.rack_id is None or req.rack_id == member.rack_id)
+        and (req.rebalance_timeout_ms == -1 or req.rebalance_timeout_ms == member.rebalance_timeout_ms)
+        and (
+            req.subscribed_topic_names is None
+            or tuple(sorted(set(req.subscribed_topic_names))) == member.subscribed_topic_names
+        )
+        and (
+            req.subscribed_topic_regex is None
+            or (req.subscribed_topic_regex or None) == member.subscribed_topic_regex
+        )
+        and (req.server_assignor is None or req.server_assignor == member.server_assignor)
+    )
 
 
 def _member_metadata(m: ConsumerMember) -> rec.MemberMetadata:

@@ -30,11 +30,6 @@ async def await_callback(start: Callable[[Callable[[T], None]], None]) -> T:
     return await future
 
 
-def no_coordinator(ctx: Any) -> bool:
-    """True when the broker runs without a group coordinator (tests of other layers)."""
-    return ctx.groups is None
-
-
 def requested_offsets(request: Any, with_leader_epoch: bool) -> dict[tuple[str, int], OffsetCommitEntry]:
     """The offsets an OffsetCommit or TxnOffsetCommit request asks to store, by (topic, partition).
 

@@ -12,12 +12,14 @@ operators' tools read the same thing they would from Kafka. A deletion is the ke
 from __future__ import annotations
 
 import dataclasses
+import functools
+import struct
 
+from onceflow.broker.coordinator.partitioning import java_string_hash, partition_for_key
 from onceflow.broker.group import consumer_group_records as cg
 from onceflow.protocol.errors import CorruptMessage
+from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC
 from onceflow.protocol.schema_io import SchemaReader, SchemaWriter
-
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 
 _OFFSET_KEY_VERSION = 1
 _GROUP_KEY_VERSION = 2
@@ -25,20 +27,9 @@ _OFFSET_VALUE_VERSION = 3
 _GROUP_VALUE_VERSION = 3
 
 
-def java_string_hashcode(text: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for_group(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition that holds a group (Kafka's ``Utils.abs(hash) % n``)."""
-    # Kafka's Utils.abs maps Integer.MIN_VALUE to 0 rather than overflowing.
-    h = java_string_hashcode(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+# Kafka's hash of a group id onto a partition, under the names this module always had.
+java_string_hashcode = java_string_hash
+partition_for_group = partition_for_key
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -139,6 +130,9 @@ def encode_group_value(value: GroupValue) -> bytes:
 # reading
 
 
+# Every record the coordinator writes is replayed, and the same few keys (a group's partitions) come
+# again and again: remember the answers (keys are immutable; bounded, so distinct keys cannot grow it).
+@functools.lru_cache(maxsize=65536)
 def decode_key(raw: bytes) -> OffsetKey | GroupKey | cg.ConsumerGroupKey:
     """Versions 3-8 are records of consumer-protocol groups (:mod:`consumer_group_records`)."""
     r = SchemaReader(raw, CONSUMER_OFFSETS_TOPIC)
@@ -152,7 +146,23 @@ def decode_key(raw: bytes) -> OffsetKey | GroupKey | cg.ConsumerGroupKey:
     raise CorruptMessage(f"unknown __consumer_offsets key version {version}")
 
 
+_OFFSET_V3_HEAD = struct.Struct(">hqih")  # version 3, offset, leader epoch, metadata length
+_INT64 = struct.Struct(">q")
+
+
 def decode_offset_value(raw: bytes) -> OffsetValue:
+    # The version we write, read without the general reader (every commit is replayed).
+    if len(raw) >= _OFFSET_V3_HEAD.size and raw[:2] == b"\x00\x03":
+        _version, offset, leader_epoch, length = _OFFSET_V3_HEAD.unpack_from(raw)
+        start = _OFFSET_V3_HEAD.size
+        if length >= 0 and len(raw) == start + length + 8:
+            try:
+                metadata = raw[start : start + length].decode()
+            except UnicodeDecodeError:
+                pass  # the general reader names the problem
+            else:
+                (commit_ts,) = _INT64.unpack_from(raw, start + length)
+                return OffsetValue(offset, leader_epoch, metadata, commit_ts, -1)
     r = SchemaReader(raw, CONSUMER_OFFSETS_TOPIC)
     version = r.int16()
     if not 0 <= version <= 4:

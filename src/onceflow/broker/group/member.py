@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from onceflow.broker.group.scheduler import TimerHandle
+from onceflow.broker.coordinator.scheduler import TimerHandle
 
 
 @dataclasses.dataclass(eq=False)

@@ -2,20 +2,32 @@
 
 Sans-IO: responses that must wait (a JoinGroup until the join phase ends, a SyncGroup until the
 leader's assignment) are callbacks stored on the member and called when the phase completes; timers
-come from the injected :class:`~onceflow.broker.group.scheduler.Scheduler`. Every wait is bounded:
-the join phase by the initial delay or the rebalance timeout, the sync phase by the rebalance timeout,
-members by their session timeout, so no client can wedge a group for longer than its timeouts.
+are operations of the coordinator runtime, asked for through the injected ``call_later``. Every wait
+is bounded: the join phase by the initial delay or the rebalance timeout, the sync phase by the
+rebalance timeout, members by their session timeout, so no client can wedge a group for longer than
+its timeouts.
+
+What is written to ``__consumer_offsets`` (through the injected ``store_group``, which the runtime
+appends at the end of the operation) is what members are told, before they are told it, as Kafka's
+group coordinator does: the leader's assignment is stored before the group becomes Stable and the
+members get their share, and a static member's new member id before it is answered. If the write
+fails nothing of it is applied: the waiting members get the (retriable) error and the group
+rebalances. Membership between those records (who joined, who is waiting) lives in memory only; after
+a restart the last stored generation comes back and its members carry on or rejoin.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 
+from onceflow.broker.coordinator.scheduler import Scheduler
 from onceflow.broker.group.config import GroupCoordinatorConfig
 from onceflow.broker.group.member import Member
 from onceflow.broker.group.metadata import GroupMetadata
 from onceflow.broker.group.requests import (
+    CallLater,
     JoinCallback,
     JoinRequest,
     JoinResult,
@@ -23,9 +35,8 @@ from onceflow.broker.group.requests import (
     SyncCallback,
     SyncResult,
 )
-from onceflow.broker.group.scheduler import Scheduler
 from onceflow.broker.group.state import GroupEvent, GroupState
-from onceflow.protocol.errors import ErrorCode
+from onceflow.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +47,19 @@ S = GroupState
 class Membership:
     """The rebalance protocol over :class:`GroupMetadata` objects that the coordinator owns."""
 
-    def __init__(self, config: GroupCoordinatorConfig, scheduler: Scheduler, store_group: StoreGroup) -> None:
+    def __init__(
+        self,
+        config: GroupCoordinatorConfig,
+        scheduler: Scheduler,
+        store_group: StoreGroup,
+        call_later: CallLater,
+        rebuild: Callable[[GroupMetadata], None],
+    ) -> None:
         self._config = config
-        self._scheduler = scheduler
+        self._scheduler = scheduler  # the clock only: timers go through call_later
         self._store_group = store_group
+        self._call_later = call_later
+        self._rebuild = rebuild  # reload the group's partition from the log
 
     def _now(self) -> int:
         return self._scheduler.now_ms()
@@ -76,8 +96,8 @@ class Membership:
             return
         if req.require_known_member_id:
             # KIP-394: remember the id; the member must come back with it within its session timeout.
-            timer = self._scheduler.call_later(
-                req.session_timeout_ms, lambda: self._expire_pending_member(group, new_id)
+            timer = self._call_later(
+                group, req.session_timeout_ms, lambda: self._expire_pending_member(group, new_id)
             )
             group.pending_members[new_id] = timer
             respond(JoinResult(E.MEMBER_ID_REQUIRED, new_id))
@@ -126,24 +146,37 @@ class Membership:
         if old.sync_callback is not None:
             old.sync_callback(SyncResult(E.FENCED_INSTANCE_ID))
             old.sync_callback = None
-        member = group.replace_static_member(req.group_instance_id or "", old_id, new_id)
-        log.info("group %s: static member %s rejoined as %s", group.group_id, req.group_instance_id, new_id)
-        if group.is_in(S.STABLE) and member.matches(req.protocols) and new_id != group.leader_id:
+        instance_id = req.group_instance_id or ""
+        if group.is_in(S.STABLE) and old.matches(req.protocols) and old_id != group.leader_id:
             # KIP-345: a static member that restarts with the same subscription gets its old
-            # assignment back without a rebalance. The new member id must survive a restart.
-            member.client_id, member.client_host = req.client_id, req.client_host
-            member.session_timeout_ms = req.session_timeout_ms
-            member.rebalance_timeout_ms = req.rebalance_timeout_ms
-            self._schedule_heartbeat(group, member)
-            try:
-                self._store_group(group)
-            except Exception:
-                log.exception("group %s: storing static member replacement failed", group.group_id)
-                group.replace_static_member(req.group_instance_id or "", new_id, old_id)
-                respond(JoinResult(E.UNKNOWN_SERVER_ERROR, ""))
-                return
-            respond(self._join_result(group, member, with_members=False))
+            # assignment back without a rebalance. The new member id must survive a restart: it is
+            # stored first, and the member is replaced only once it is.
+            changes = {
+                "client_id": req.client_id,
+                "client_host": req.client_host,
+                "session_timeout_ms": req.session_timeout_ms,
+                "rebalance_timeout_ms": req.rebalance_timeout_ms,
+            }
+
+            def replaced() -> None:
+                member = group.replace_static_member(instance_id, old_id, new_id)
+                for name, value in changes.items():
+                    setattr(member, name, value)
+                log.info("group %s: static member %s rejoined as %s", group.group_id, instance_id, new_id)
+                self._schedule_heartbeat(group, member)
+                respond(self._join_result(group, member, with_members=False))
+
+            def not_stored(error: KafkaError) -> None:
+                log.warning(
+                    "group %s: storing static member %s failed: %s", group.group_id, instance_id, error
+                )
+                respond(JoinResult(error.code, ""))
+
+            record = group.to_record(replaced_member=(old_id, new_id, changes))
+            self._store_group(group, record, replaced, not_stored)
             return
+        member = group.replace_static_member(instance_id, old_id, new_id)
+        log.info("group %s: static member %s rejoined as %s", group.group_id, instance_id, new_id)
         self._update_member_and_rebalance(group, member, req, respond)
 
     def _group_full(self, group: GroupMetadata) -> bool:
@@ -214,11 +247,11 @@ class Membership:
             group.initial_delay_active = True
             group.new_member_added = False
             group.initial_delay_remaining_ms = max(rebalance_timeout - delay, 0)
-            group.join_timer = self._scheduler.call_later(delay, lambda: self._on_initial_delay(group))
+            group.join_timer = self._call_later(group, delay, lambda: self._on_initial_delay(group))
         else:
             group.initial_delay_active = False
-            group.join_timer = self._scheduler.call_later(
-                rebalance_timeout, lambda: self._on_join_timeout(group)
+            group.join_timer = self._call_later(
+                group, rebalance_timeout, lambda: self._on_join_timeout(group)
             )
             # Everybody may already be in (e.g. the last member left): no reason to wait.
             self._try_complete_join(group)
@@ -233,7 +266,7 @@ class Membership:
             delay = min(self._config.group_initial_rebalance_delay_ms, group.initial_delay_remaining_ms)
             group.initial_delay_remaining_ms -= delay
             group.new_member_added = False
-            group.join_timer = self._scheduler.call_later(delay, lambda: self._on_initial_delay(group))
+            group.join_timer = self._call_later(group, delay, lambda: self._on_initial_delay(group))
             return
         self._complete_join(group)
 
@@ -266,10 +299,13 @@ class Membership:
             group.leader_id = None
             group.transition(GroupEvent.ALL_MEMBERS_LEFT, now)
             log.info("group %s: generation %d is empty", group.group_id, group.generation_id)
-            try:
-                self._store_group(group)
-            except Exception:
-                log.exception("group %s: storing empty generation failed", group.group_id)
+            # The members already left in memory: if this write fails, memory is ahead of the log, so
+            # the partition is rebuilt from the log (the previous generation comes back and its
+            # members, told NOT_COORDINATOR, leave again). Kafka only logs it; a restart or a failover
+            # would bring back that generation all the same.
+            self._store_group(
+                group, group.to_record(), None, lambda error: self._empty_not_stored(group, error)
+            )
             return
         group.protocol_name = group.select_protocol()
         if group.leader_id not in group.members or not group.members[group.leader_id].awaiting_join:
@@ -293,9 +329,15 @@ class Membership:
                 callback(self._join_result(group, member))
                 self._schedule_heartbeat(group, member)
         generation = group.generation_id
-        group.sync_timer = self._scheduler.call_later(
-            self._rebalance_timeout(group), lambda: self._on_sync_timeout(group, generation)
+        group.sync_timer = self._call_later(
+            group, self._rebalance_timeout(group), lambda: self._on_sync_timeout(group, generation)
         )
+
+    def _empty_not_stored(self, group: GroupMetadata, error: KafkaError) -> None:
+        log.warning(
+            "group %s: storing empty generation %d failed: %s", group.group_id, group.generation_id, error
+        )
+        self._rebuild(group)
 
     def _join_result(self, group: GroupMetadata, member: Member, *, with_members: bool = True) -> JoinResult:
         members: tuple[tuple[str, str | None, bytes], ...] = ()
@@ -358,25 +400,25 @@ class Membership:
                 self._apply_leader_assignment(group, assignments)
 
     def _apply_leader_assignment(self, group: GroupMetadata, assignments: dict[str, bytes]) -> None:
-        previous = {mid: m.assignment for mid, m in group.members.items()}
-        for mid, m in group.members.items():
-            # A member the leader forgot gets an empty assignment, as in Kafka.
-            m.assignment = bytes(assignments.get(mid, b""))
-        try:
-            self._store_group(group)
-        except Exception:
-            log.exception("group %s: storing the assignment failed", group.group_id)
+        # A member the leader forgot gets an empty assignment, as in Kafka.
+        chosen = {mid: bytes(assignments.get(mid, b"")) for mid in group.members}
+
+        def stored() -> None:
             for mid, m in group.members.items():
-                m.assignment = previous[mid]
-            self._reset_and_propagate_sync_error(group, E.UNKNOWN_SERVER_ERROR)
+                m.assignment = chosen[mid]
+            group.transition(GroupEvent.ASSIGNMENT_RECEIVED, self._now())
+            log.info("group %s: generation %d is stable", group.group_id, group.generation_id)
+            for m in group.members.values():
+                if m.sync_callback is not None:
+                    callback, m.sync_callback = m.sync_callback, None
+                    callback(self._sync_result(group, m))
+
+        def not_stored(error: KafkaError) -> None:
+            log.warning("group %s: storing the assignment failed: %s", group.group_id, error)
+            self._reset_and_propagate_sync_error(group, error.code)
             self.prepare_rebalance(group, "storing the assignment failed")
-            return
-        group.transition(GroupEvent.ASSIGNMENT_RECEIVED, self._now())
-        log.info("group %s: generation %d is stable", group.group_id, group.generation_id)
-        for m in group.members.values():
-            if m.sync_callback is not None:
-                callback, m.sync_callback = m.sync_callback, None
-                callback(self._sync_result(group, m))
+
+        self._store_group(group, group.to_record(assignments=chosen), stored, not_stored)
 
     def _sync_result(self, group: GroupMetadata, member: Member) -> SyncResult:
         return SyncResult(E.NONE, member.assignment, group.protocol_type, group.protocol_name)
@@ -430,8 +472,8 @@ class Membership:
         if member.heartbeat_timer is not None:
             member.heartbeat_timer.cancel()
         member.heartbeat_deadline_ms = self._now() + member.session_timeout_ms
-        member.heartbeat_timer = self._scheduler.call_later(
-            member.session_timeout_ms, lambda: self._on_session_timeout(group, member)
+        member.heartbeat_timer = self._call_later(
+            group, member.session_timeout_ms, lambda: self._on_session_timeout(group, member)
         )
 
     def schedule_loaded_member(self, group: GroupMetadata, member: Member) -> None:
@@ -560,6 +602,22 @@ class Membership:
             self.prepare_rebalance(group, reason)
         elif group.is_in(S.PREPARING_REBALANCE):
             self._try_complete_join(group)
+
+    def unload_group(self, group: GroupMetadata) -> None:
+        """The group's partition was unloaded: stop its timers and send its waiting members to look
+        for the new coordinator; the group object is dropped as it is."""
+        for timer in (group.join_timer, group.sync_timer, *group.pending_members.values()):
+            if timer is not None:
+                timer.cancel()
+        for member in group.members.values():
+            if member.heartbeat_timer is not None:
+                member.heartbeat_timer.cancel()
+            if member.join_callback is not None:
+                callback, member.join_callback = member.join_callback, None
+                callback(JoinResult(E.NOT_COORDINATOR, member.member_id))
+            if member.sync_callback is not None:
+                callback, member.sync_callback = member.sync_callback, None
+                callback(SyncResult(E.NOT_COORDINATOR))
 
     def shutdown_group(self, group: GroupMetadata) -> None:
         """Cancel every timer of a group that is being deleted or unloaded."""

@@ -6,12 +6,13 @@ consults the table in :mod:`onceflow.broker.group.state`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 
+from onceflow.broker.coordinator.scheduler import TimerHandle
 from onceflow.broker.group.log_format import GroupValue, MemberRecord
 from onceflow.broker.group.member import Member
-from onceflow.broker.group.scheduler import TimerHandle
 from onceflow.broker.group.state import GroupEvent, GroupState, next_state
 
 log = logging.getLogger(__name__)
@@ -135,9 +136,18 @@ class GroupMetadata:
 
     # -- persistence -----------------------------------------------------------------------
 
-    def to_record(self) -> GroupValue:
-        members = tuple(
-            MemberRecord(
+    def to_record(
+        self,
+        *,
+        assignments: dict[str, bytes] | None = None,
+        replaced_member: tuple[str, str, dict[str, object]] | None = None,
+    ) -> GroupValue:
+        """The group's metadata record; ``assignments`` (member id -> bytes) in place of the members'
+        current ones, ``replaced_member`` ``(old id, new id, changed fields)`` as if a static member
+        had been replaced: the record of a change is built before the change is made."""
+        members = []
+        for m in self.members.values():
+            member = MemberRecord(
                 member_id=m.member_id,
                 group_instance_id=m.group_instance_id,
                 client_id=m.client_id,
@@ -145,17 +155,21 @@ class GroupMetadata:
                 rebalance_timeout_ms=m.rebalance_timeout_ms,
                 session_timeout_ms=m.session_timeout_ms,
                 subscription=m.metadata_for(self.protocol_name) if self.protocol_name else b"",
-                assignment=m.assignment,
+                assignment=assignments.get(m.member_id, m.assignment) if assignments else m.assignment,
             )
-            for m in self.members.values()
-        )
+            if replaced_member is not None and m.member_id == replaced_member[0]:
+                member = dataclasses.replace(member, member_id=replaced_member[1], **replaced_member[2])
+            members.append(member)
+        leader = self.leader_id
+        if replaced_member is not None and leader == replaced_member[0]:
+            leader = replaced_member[1]
         return GroupValue(
             protocol_type=self.protocol_type or "",
             generation=self.generation_id,
             protocol=self.protocol_name,
-            leader=self.leader_id,
+            leader=leader,
             current_state_timestamp=self.current_state_timestamp,
-            members=members,
+            members=tuple(members),
         )
 
     @classmethod

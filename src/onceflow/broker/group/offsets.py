@@ -1,9 +1,9 @@
 """Committed offsets of every group, and transactional commits waiting for their marker.
 
-Pure data: the coordinator validates and persists, then calls in here. A transactional offset commit
-(TxnOffsetCommit, written by the transactions issue) is held per producer id in ``pending`` and
-becomes visible only when :meth:`OffsetStore.complete_txn` sees the producer's commit marker; an
-abort marker drops it. ``require_stable`` fetches see such partitions as unstable.
+Pure data, changed only by the coordinator's replay of ``__consumer_offsets``. A transactional offset
+commit (TxnOffsetCommit) is held per producer id in ``pending`` and becomes visible only when
+:meth:`OffsetStore.complete_txn` sees the producer's commit marker; an abort marker drops it.
+``require_stable`` fetches see such partitions as unstable.
 """
 
 from __future__ import annotations
@@ -75,6 +75,10 @@ class OffsetStore:
                 return True
         return False
 
+    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        """The partitions of the group with a pending offset of any producer."""
+        return {tp for groups in self._pending.values() for tp in groups.get(group_id, {})}
+
     def remove_pending(self, group_id: str, tp: TopicPartition) -> None:
         """Drop every producer's pending offset of ``tp`` in the group (its partition was deleted)."""
         for groups in self._pending.values():
@@ -92,6 +96,10 @@ class OffsetStore:
                     self.put(group_id, tp, value)
                     made_visible.append((group_id, tp))
         return made_visible
+
+    def pending_offsets(self) -> dict[int, dict[str, dict[TopicPartition, CommittedOffset]]]:
+        """Every pending offset: producer id -> group -> partition -> offset (a copy)."""
+        return {pid: {g: dict(tps) for g, tps in groups.items()} for pid, groups in self._pending.items()}
 
     def pending_producers(self) -> Iterable[int]:
         return list(self._pending)

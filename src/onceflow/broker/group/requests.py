@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from onceflow.broker.coordinator.scheduler import TimerHandle
+from onceflow.broker.group.log_format import GroupValue
 from onceflow.broker.group.metadata import GroupMetadata
-from onceflow.protocol.errors import ErrorCode
+from onceflow.protocol.errors import ErrorCode, KafkaError
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,4 +48,10 @@ class SyncResult:
 
 JoinCallback = Callable[[JoinResult], None]
 SyncCallback = Callable[[SyncResult], None]
-StoreGroup = Callable[[GroupMetadata], None]
+# Write a group's record in the running operation; then ``on_written`` (the record is in the log) or
+# ``on_failed`` (the append failed, with the error the members get).
+StoreGroup = Callable[
+    [GroupMetadata, GroupValue, Callable[[], None] | None, Callable[[KafkaError], None] | None], None
+]
+# Run ``callback`` as an operation of the group's partition after ``delay_ms``.
+CallLater = Callable[[GroupMetadata, int, Callable[[], None]], TimerHandle]

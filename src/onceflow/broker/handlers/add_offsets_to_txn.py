@@ -17,13 +17,10 @@ REQUEST = AddOffsetsToTxnRequest
 
 async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     code = ErrorCode.NONE
-    if ctx.transactions is None:
-        code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-    else:
-        try:
-            await ctx.transactions.coordinator.add_offsets_to_txn(
-                request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
-            )
-        except KafkaError as exc:
-            code = wire_code(exc, API_KEY, ctx.api_version)
+    try:
+        await ctx.transactions.coordinator.add_offsets_to_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
+        )
+    except KafkaError as exc:
+        code = wire_code(exc, API_KEY, ctx.api_version)
     return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=int(code))

@@ -42,8 +42,6 @@ async def _add(
     ctx: RequestContext, tid: str, pid: int, epoch: int, topics, verify_only: bool, batched: bool = False
 ):
     wanted = _partitions(topics)
-    if ctx.transactions is None:
-        return dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     coordinator = ctx.transactions.coordinator
     if verify_only:
         return coordinator.verify_partitions_in_txn(tid, pid, epoch, wanted)

@@ -90,21 +90,18 @@ async def handle(ctx: RequestContext, request: AlterClientQuotasRequest) -> Alte
             results.append((int(ErrorCode.NONE), None))
         except KafkaError as exc:
             results.append((int(exc.code), str(exc)))
-    if ctx.quotas is not None and ctx.services.quotas_from_metadata:
+    if ctx.services.quotas_from_metadata:
         return await _forwarded(ctx, request, changes)
-    if ctx.quotas is None:
-        results = [(int(ErrorCode.UNKNOWN_SERVER_ERROR), "client quotas are not available")] * len(entries)
-    else:
-        try:
-            ctx.quotas.alter(changes, validate_only=bool(request.validate_only))
-        except OSError as exc:
-            log.exception("could not save client quotas")
-            results = [
-                (int(ErrorCode.KAFKA_STORAGE_ERROR), f"could not save client quotas: {exc}")
-                if code == 0
-                else (code, message)
-                for code, message in results
-            ]
+    try:
+        ctx.quotas.alter(changes, validate_only=bool(request.validate_only))
+    except OSError as exc:
+        log.exception("could not save client quotas")
+        results = [
+            (int(ErrorCode.KAFKA_STORAGE_ERROR), f"could not save client quotas: {exc}")
+            if code == 0
+            else (code, message)
+            for code, message in results
+        ]
     return AlterClientQuotasResponse(
         throttle_time_ms=0,
         entries=[

@@ -12,7 +12,6 @@ from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.assignment import Assignment
 from onceflow.broker.group.consumer_groups import ConsumerGroup
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
@@ -87,11 +86,8 @@ def _failed(group_id: str, code: ErrorCode, message: str | None) -> _Group:
 async def handle(ctx: RequestContext, request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
     groups = []
     for group_id in request.group_ids or []:
-        if no_coordinator(ctx):
-            groups.append(_failed(group_id, ErrorCode.COORDINATOR_NOT_AVAILABLE, None))
-            continue
         try:
-            group = ctx.groups.consumer_group(group_id)
+            group = await ctx.groups.consumer_group(group_id)
         except KafkaError as exc:
             groups.append(_failed(group_id, error_code_for(exc), str(exc)))
             continue

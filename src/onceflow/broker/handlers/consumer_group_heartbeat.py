@@ -8,7 +8,7 @@ from __future__ import annotations
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group import assignment as a
 from onceflow.broker.group.consumer_groups import HeartbeatRequest
-from onceflow.broker.group.handler_support import CLIENT_HOST, no_coordinator
+from onceflow.broker.group.handler_support import CLIENT_HOST
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
@@ -58,10 +58,8 @@ def _error(code: ErrorCode, message: str | None) -> ConsumerGroupHeartbeatRespon
 async def handle(
     ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
 ) -> ConsumerGroupHeartbeatResponse:
-    if no_coordinator(ctx):
-        return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, None)
     try:
-        result = ctx.groups.consumer_group_heartbeat(_request(ctx, request))
+        result = await ctx.groups.consumer_group_heartbeat(_request(ctx, request))
     except KafkaError as exc:
         return _error(error_code_for(exc), str(exc))
     assignment = None

@@ -5,8 +5,7 @@ from __future__ import annotations
 from kafka.protocol.admin.groups import DeleteGroupsRequest, DeleteGroupsResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
-from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+from onceflow.protocol.errors import KafkaError, error_code_for
 
 API_KEY = 42
 MIN_VERSION = 0
@@ -18,13 +17,10 @@ _Result = DeleteGroupsResponse.DeletableGroupResult
 
 async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
     names = list(request.groups_names or [])
-    if no_coordinator(ctx):
-        results = dict.fromkeys(names, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    else:
-        try:
-            results = ctx.groups.delete_groups(names)
-        except KafkaError as exc:
-            results = dict.fromkeys(names, error_code_for(exc))
+    try:
+        results = await ctx.groups.delete_groups(names)
+    except KafkaError as exc:
+        results = dict.fromkeys(names, error_code_for(exc))
     return DeleteGroupsResponse(
         throttle_time_ms=0,
         results=[_Result(group_id=name, error_code=int(results[name])) for name in names],

@@ -32,7 +32,7 @@ async def handle(ctx: RequestContext, request: DescribeClientQuotasRequest) -> D
         return DescribeClientQuotasResponse(
             throttle_time_ms=0, error_code=int(exc.code), error_message=str(exc), entries=None
         )
-    described = ctx.quotas.describe(quota_filter) if ctx.quotas is not None else []
+    described = ctx.quotas.describe(quota_filter)
     return DescribeClientQuotasResponse(
         throttle_time_ms=0,
         error_code=int(ErrorCode.NONE),

@@ -6,7 +6,6 @@ from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsRes
 
 from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 15
@@ -19,19 +18,9 @@ _Member = _Group.DescribedGroupMember
 _NOT_REQUESTED = None  # kafka-python encodes None as the -2^31 marker
 
 
-def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -> _Group:
-    if no_coordinator(ctx):
-        return _Group(
-            error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-            group_id=group_id,
-            group_state="",
-            protocol_type="",
-            protocol_data="",
-            members=[],
-            authorized_operations=_NOT_REQUESTED,
-        )
+async def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -> _Group:
     try:
-        d = ctx.groups.describe_group(group_id)
+        d = await ctx.groups.describe_group(group_id)
     except KafkaError as exc:
         return _Group(
             error_code=int(error_code_for(exc)),
@@ -69,5 +58,5 @@ def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -> _Gro
 async def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     with_operations = ctx.api_version >= 3 and bool(request.include_authorized_operations)
     return DescribeGroupsResponse(
-        throttle_time_ms=0, groups=[_describe(ctx, g, with_operations) for g in request.groups or []]
+        throttle_time_ms=0, groups=[await _describe(ctx, g, with_operations) for g in request.groups or []]
     )

@@ -8,13 +8,14 @@ from kafka.protocol.admin import DescribeQuorumRequest, DescribeQuorumResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+from onceflow.protocol.internal_topics import CLUSTER_METADATA_TOPIC
 
 API_KEY = 55
 MIN_VERSION = 0
 MAX_VERSION = 1
 
 REQUEST = DescribeQuorumRequest
-METADATA_TOPIC = "__cluster_metadata"
+METADATA_TOPIC = CLUSTER_METADATA_TOPIC
 
 _Topic = DescribeQuorumResponse.TopicData
 _Partition = _Topic.PartitionData

@@ -5,7 +5,6 @@ from __future__ import annotations
 from kafka.protocol.admin import DescribeTransactionsRequest, DescribeTransactionsResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 65
 MIN_VERSION = 0
@@ -18,14 +17,8 @@ _Topic = _State.TopicData
 
 async def handle(ctx: RequestContext, request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
     ids = list(request.transactional_ids or [])
-    if ctx.transactions is None:
-        states = [
-            _State(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), transactional_id=tid, topics=[])
-            for tid in ids
-        ]
-        return DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states)
     states = []
-    for d in ctx.transactions.coordinator.describe_transactions(ids):
+    for d in await ctx.transactions.describe_transactions(ids):
         states.append(
             _State(
                 error_code=int(d.error_code),

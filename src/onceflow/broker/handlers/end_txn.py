@@ -26,22 +26,19 @@ REQUEST = EndTxnRequest
 async def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     code = ErrorCode.NONE
     producer_id, producer_epoch = -1, -1
-    if ctx.transactions is None:
-        code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    version = TV_2 if ctx.api_version >= FIRST_TV2_END_TXN_VERSION else TV_0
+    try:
+        answer = await ctx.transactions.coordinator.end_txn(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            bool(request.committed),
+            version,
+        )
+    except KafkaError as exc:
+        code = wire_code(exc, API_KEY, ctx.api_version)
     else:
-        version = TV_2 if ctx.api_version >= FIRST_TV2_END_TXN_VERSION else TV_0
-        try:
-            answer = await ctx.transactions.coordinator.end_txn(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                bool(request.committed),
-                version,
-            )
-        except KafkaError as exc:
-            code = wire_code(exc, API_KEY, ctx.api_version)
-        else:
-            producer_id, producer_epoch = answer.producer_id, answer.producer_epoch
+        producer_id, producer_epoch = answer.producer_id, answer.producer_epoch
     return EndTxnResponse(
         throttle_time_ms=0, error_code=int(code), producer_id=producer_id, producer_epoch=producer_epoch
     )

@@ -16,11 +16,12 @@ from __future__ import annotations
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.coordinator.partitioning import partition_for_key
 from onceflow.broker.forwarding import create_topics_now
 from onceflow.broker.group.config import GroupCoordinatorConfig
 from onceflow.broker.topics import INTERNAL_TOPIC_CONFIGS
-from onceflow.broker.txn.config import partition_for_key
 from onceflow.protocol.errors import ErrorCode
+from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 
 API_KEY = 10
 MIN_VERSION = 0
@@ -29,8 +30,6 @@ REQUEST = FindCoordinatorRequest
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
-CONSUMER_OFFSETS = "__consumer_offsets"
-TRANSACTION_STATE = "__transaction_state"
 
 _Coordinator = FindCoordinatorResponse.Coordinator
 
@@ -41,13 +40,13 @@ def _topic_for(ctx: RequestContext, key_type: int) -> tuple[str, int, dict[str, 
         # The group coordinator's offsets.topic.num.partitions: it hashes groups onto that count.
         segment = str(ctx.config.offsets_topic_segment_bytes)
         return (
-            CONSUMER_OFFSETS,
+            CONSUMER_OFFSETS_TOPIC,
             GroupCoordinatorConfig().offsets_topic_num_partitions,
             {**INTERNAL_TOPIC_CONFIGS, "segment.bytes": segment},
         )
     segment = str(ctx.config.transaction_state_log_segment_bytes)
     return (
-        TRANSACTION_STATE,
+        TRANSACTION_STATE_TOPIC,
         ctx.config.transaction_state_log_num_partitions,
         {**INTERNAL_TOPIC_CONFIGS, "segment.bytes": segment},
     )

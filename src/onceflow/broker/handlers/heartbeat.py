@@ -5,8 +5,6 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import HeartbeatRequest, HeartbeatResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
-from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 12
 MIN_VERSION = 0
@@ -15,13 +13,10 @@ REQUEST = HeartbeatRequest
 
 
 async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
-    if no_coordinator(ctx):
-        error = ErrorCode.COORDINATOR_NOT_AVAILABLE
-    else:
-        error = ctx.groups.heartbeat(
-            request.group_id,
-            request.member_id,
-            request.group_instance_id if ctx.api_version >= 3 else None,
-            request.generation_id,
-        )
+    error = await ctx.groups.heartbeat(
+        request.group_id,
+        request.member_id,
+        request.group_instance_id if ctx.api_version >= 3 else None,
+        request.generation_id,
+    )
     return HeartbeatResponse(throttle_time_ms=0, error_code=int(error))

@@ -4,9 +4,9 @@ Without a transactional id, Kafka's coordinator blindly hands out a fresh produc
 the broker's ``ProducerIdManager`` (ids are allocated in persisted blocks, so they never repeat, also
 across restarts); the producer id and epoch a v3+ client sends (KIP-360) are ignored, as in Kafka.
 
-With a transactional id the request belongs to the transaction coordinator. Until that service is
-running (``ctx.transactions`` is None) we answer COORDINATOR_NOT_AVAILABLE: what a Kafka broker whose
-transaction coordinator is not (yet) available answers; clients treat it as retriable.
+With a transactional id the request belongs to the transaction coordinator, which answers
+COORDINATOR_LOAD_IN_PROGRESS while the id's ``__transaction_state`` partition loads and NOT_COORDINATOR
+when this broker does not own it (clients retry both).
 
 v6 (two-phase commit, KIP-939) is unstable in Kafka 4 and not advertised.
 """
@@ -21,6 +21,7 @@ from onceflow.broker.context import RequestContext
 from onceflow.broker.txn.errors import wire_code
 from onceflow.broker.txn.metadata import ProducerIdAndEpoch
 from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +29,6 @@ API_KEY = 22
 MIN_VERSION = 0
 MAX_VERSION = 5
 REQUEST = InitProducerIdRequest
-
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 
 
 def _response(code: ErrorCode, producer_id: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH):
@@ -46,8 +44,6 @@ async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitPro
             producer_id = ctx.producer_ids.generate_producer_id()
             log.info("new idempotent producer id %d (client %s)", producer_id, ctx.client_id)
             return _response(ErrorCode.NONE, producer_id, 0)
-        if ctx.transactions is None:
-            return _response(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         expected = None
         if ctx.api_version >= 3 and request.producer_id != NO_PRODUCER_ID:
             expected = ProducerIdAndEpoch(request.producer_id, request.producer_epoch)

@@ -8,9 +8,8 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import CLIENT_HOST, await_callback, no_coordinator
+from onceflow.broker.group.handler_support import CLIENT_HOST
 from onceflow.broker.group.requests import JoinRequest, JoinResult
-from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 11
 MIN_VERSION = 0
@@ -35,8 +34,6 @@ def _response(result: JoinResult) -> JoinGroupResponse:
 
 
 async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
-    if no_coordinator(ctx):
-        return _response(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, request.member_id))
     v = ctx.api_version
     join = JoinRequest(
         group_id=request.group_id,
@@ -50,5 +47,5 @@ async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupRes
         protocols=[(p.name, bytes(p.metadata or b"")) for p in request.protocols or []],
         require_known_member_id=v >= 4,
     )
-    result = await await_callback(lambda respond: ctx.groups.join_group(join, respond))
+    result = await ctx.groups.join_group(join)
     return _response(result)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import LeaveGroupRequest, LeaveGroupResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 13
@@ -22,10 +21,7 @@ async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupR
         leaving = [(m.member_id or "", m.group_instance_id) for m in request.members or []]
     else:
         leaving = [(request.member_id or "", None)]
-    if no_coordinator(ctx):
-        top, errors = ErrorCode.COORDINATOR_NOT_AVAILABLE, []
-    else:
-        top, errors = ctx.groups.leave_group(request.group_id, leaving)
+    top, errors = await ctx.groups.leave_group(request.group_id, leaving)
     if not batch:
         # Old versions have one error: the member's own when the group was found.
         if top is ErrorCode.NONE and errors:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from kafka.protocol.admin.groups import ListGroupsRequest, ListGroupsResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
-from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+from onceflow.protocol.errors import KafkaError, error_code_for
 
 API_KEY = 16
 MIN_VERSION = 0
@@ -18,12 +17,8 @@ _Group = ListGroupsResponse.ListedGroup
 
 async def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     v = ctx.api_version
-    if no_coordinator(ctx):
-        return ListGroupsResponse(
-            throttle_time_ms=0, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE), groups=[]
-        )
     try:
-        listed = ctx.groups.list_groups(
+        listed = await ctx.groups.list_groups(
             states=(request.states_filter or []) if v >= 4 else [],
             types=(request.types_filter or []) if v >= 5 else [],
         )

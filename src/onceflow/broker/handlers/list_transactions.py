@@ -28,8 +28,6 @@ def _response(code: ErrorCode, unknown=(), states=()) -> ListTransactionsRespons
 
 
 async def handle(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
-    if ctx.transactions is None:
-        return _response(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     duration = request.duration_filter if ctx.api_version >= 1 else -1
     pattern = request.transactional_id_pattern if ctx.api_version >= 2 else None
     try:
@@ -37,7 +35,7 @@ async def handle(ctx: RequestContext, request: ListTransactionsRequest) -> ListT
     except KafkaError as exc:
         return _response(error_code_for(exc))
     try:
-        result = ctx.transactions.coordinator.list_transactions(
+        result = await ctx.transactions.list_transactions(
             request.state_filters or [], request.producer_id_filters or [], duration
         )
     except KafkaError as exc:

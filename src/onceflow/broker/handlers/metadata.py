@@ -17,8 +17,9 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
 from onceflow.broker.forwarding import create_topics_now
-from onceflow.broker.topics import INTERNAL_TOPICS, validate_topic_name
+from onceflow.broker.topics import validate_topic_name
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+from onceflow.protocol.internal_topics import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 

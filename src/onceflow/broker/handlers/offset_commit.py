@@ -1,5 +1,6 @@
-"""OffsetCommit (8): store a group's consumed positions in ``__consumer_offsets``; acknowledged after
-the append. v10 names topics by id only and is not offered. The version goes to the coordinator: a
+"""OffsetCommit (8): store a group's consumed positions in ``__consumer_offsets``; acknowledged once
+the append is committed (a failed one: NOT_COORDINATOR, retriable). v10 names topics by id only and
+is not offered. The version goes to the coordinator: a
 member of a consumer-protocol group (KIP-848) must commit with v9, which carries its member epoch, and
 is answered UNSUPPORTED_VERSION below it; a commit with a generation to a group that does not exist
 is GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION below (Kafka's rules)."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetCommitResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator, offset_commit_topics, requested_offsets
+from onceflow.broker.group.handler_support import offset_commit_topics, requested_offsets
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 8
@@ -26,19 +27,16 @@ async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCom
     offsets = requested_offsets(request, with_leader_epoch=v >= 6)
     top = ErrorCode.NONE
     per_partition: dict = {}
-    if no_coordinator(ctx):
-        top = ErrorCode.COORDINATOR_NOT_AVAILABLE
-    else:
-        try:
-            top, per_partition = ctx.groups.commit_offsets(
-                request.group_id,
-                request.member_id if v >= 1 else "",
-                request.group_instance_id if v >= 7 else None,
-                request.generation_id_or_member_epoch if v >= 1 else -1,
-                offsets,
-                api_version=v,
-            )
-        except KafkaError as exc:
-            top = error_code_for(exc)
+    try:
+        top, per_partition = await ctx.groups.commit_offsets(
+            request.group_id,
+            request.member_id if v >= 1 else "",
+            request.group_instance_id if v >= 7 else None,
+            request.generation_id_or_member_epoch if v >= 1 else -1,
+            offsets,
+            api_version=v,
+        )
+    except KafkaError as exc:
+        top = error_code_for(exc)
     topics = offset_commit_topics(request, top, per_partition, _Topic, _Partition)
     return OffsetCommitResponse(throttle_time_ms=0, topics=topics)

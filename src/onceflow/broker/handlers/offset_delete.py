@@ -5,7 +5,6 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import OffsetDeleteRequest, OffsetDeleteResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 47
@@ -19,13 +18,10 @@ _Partition = _Topic.OffsetDeleteResponsePartition
 
 async def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
     wanted = [(t.name, p.partition_index) for t in request.topics or [] for p in t.partitions or []]
-    if no_coordinator(ctx):
-        top, per_partition = ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
-    else:
-        try:
-            top, per_partition = ctx.groups.delete_offsets(request.group_id, wanted)
-        except KafkaError as exc:
-            top, per_partition = error_code_for(exc), {}
+    try:
+        top, per_partition = await ctx.groups.delete_offsets(request.group_id, wanted)
+    except KafkaError as exc:
+        top, per_partition = error_code_for(exc), {}
     if top is not ErrorCode.NONE:
         return OffsetDeleteResponse(error_code=int(top), throttle_time_ms=0, topics=[])
     topics = [

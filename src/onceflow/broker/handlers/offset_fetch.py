@@ -7,7 +7,6 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import no_coordinator
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 9
@@ -22,7 +21,7 @@ _NewTopic = _Group.OffsetFetchResponseTopics
 _NewPartition = _NewTopic.OffsetFetchResponsePartitions
 
 
-def _fetch(
+async def _fetch(
     ctx: RequestContext,
     group_id: str,
     topics,
@@ -35,10 +34,8 @@ def _fetch(
     wanted = None
     if topics is not None:
         wanted = [(t.name, p) for t in topics for p in t.partition_indexes or []]
-    if no_coordinator(ctx):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
     try:
-        top, rows = ctx.groups.fetch_offsets(
+        top, rows = await ctx.groups.fetch_offsets(
             group_id, wanted, require_stable=require_stable, member_id=member_id, member_epoch=member_epoch
         )
     except KafkaError as exc:
@@ -66,7 +63,7 @@ async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetc
         groups = []
         for g in request.groups or []:
             member = (g.member_id, g.member_epoch) if v >= 9 else (None, -1)
-            top, by_topic = _fetch(ctx, g.group_id, g.topics, require_stable, *member)
+            top, by_topic = await _fetch(ctx, g.group_id, g.topics, require_stable, *member)
             groups.append(
                 _Group(
                     group_id=g.group_id,
@@ -90,7 +87,7 @@ async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetc
                 )
             )
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
-    top, by_topic = _fetch(ctx, request.group_id, request.topics, require_stable)
+    top, by_topic = await _fetch(ctx, request.group_id, request.topics, require_stable)
     topics = [
         _OldTopic(
             name=name,

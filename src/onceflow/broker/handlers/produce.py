@@ -25,7 +25,8 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from onceflow.broker import faults
 from onceflow.broker.context import CloseConnection, RequestContext
-from onceflow.broker.txn.produce_guard import add_partitions_for_produce, verify_transactional_append
+from onceflow.broker.txn.metadata import TV_2
+from onceflow.broker.txn.produce_guard import produce_error, verify_transactional_append
 from onceflow.protocol.errors import (
     ErrorCode,
     InvalidRecord,
@@ -34,7 +35,7 @@ from onceflow.protocol.errors import (
     NotEnoughReplicas,
     error_code_for,
 )
-from onceflow.protocol.records import validate_produce_records
+from onceflow.protocol.records import read_header, validate_produce_records
 from onceflow.protocol.transaction_versions import FIRST_TV2_PRODUCE_VERSION
 
 log = logging.getLogger(__name__)
@@ -196,3 +197,41 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
     if ctx.faults.fire(faults.DELAY_RESPONSE):
         await asyncio.sleep(ctx.faults.delay_response_s)
     return ProduceResponse(responses=responses, throttle_time_ms=0)
+
+
+async def add_partitions_for_produce(
+    ctx: RequestContext, request: ProduceRequest
+) -> dict[tuple[str, int], KafkaError]:
+    """Produce v12+: add every partition with transactional batches to the producer's transaction
+    (TV_2); returns the error for partitions that could not be added."""
+    transactional_id = request.transactional_id
+    if not transactional_id:
+        return {}
+    wanted: list[tuple[str, int]] = []
+    producer: tuple[int, int] | None = None
+    for topic_data in request.topic_data:
+        for data in topic_data.partition_data:
+            if not data.records or len(data.records) < 61:
+                continue
+            header = read_header(memoryview(data.records))
+            if header.is_transactional:
+                wanted.append((topic_data.name, data.index))
+                producer = (header.producer_id, header.producer_epoch)
+    if not wanted or producer is None:
+        return {}
+    router = ctx.txn_router
+    if router is not None and not router.is_local(transactional_id):
+        codes = await router.add_partitions(transactional_id, producer[0], producer[1], wanted)
+        return {
+            tp: produce_error(code, f"{tp[0]}-{tp[1]}: {code.name}", FIRST_TV2_PRODUCE_VERSION)
+            for tp, code in codes.items()
+            if code != ErrorCode.NONE
+        }
+    try:
+        await ctx.transactions.coordinator.add_partitions_to_txn(
+            transactional_id, producer[0], producer[1], wanted, transaction_version=TV_2
+        )
+    except KafkaError as exc:
+        error = produce_error(error_code_for(exc), str(exc), FIRST_TV2_PRODUCE_VERSION)
+        return dict.fromkeys(wanted, error)
+    return {}

@@ -5,9 +5,7 @@ from __future__ import annotations
 from kafka.protocol.consumer.group import SyncGroupRequest, SyncGroupResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.broker.group.handler_support import await_callback, no_coordinator
 from onceflow.broker.group.requests import SyncResult
-from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 14
 MIN_VERSION = 0
@@ -26,20 +24,15 @@ def _response(result: SyncResult) -> SyncGroupResponse:
 
 
 async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
-    if no_coordinator(ctx):
-        return _response(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
     v = ctx.api_version
     assignments = {a.member_id: bytes(a.assignment or b"") for a in request.assignments or []}
-    result = await await_callback(
-        lambda respond: ctx.groups.sync_group(
-            request.group_id,
-            request.member_id,
-            request.group_instance_id if v >= 3 else None,
-            request.generation_id,
-            assignments,
-            respond,
-            protocol_type=request.protocol_type if v >= 5 else None,
-            protocol_name=request.protocol_name if v >= 5 else None,
-        )
+    result = await ctx.groups.sync_group(
+        request.group_id,
+        request.member_id,
+        request.group_instance_id if v >= 3 else None,
+        request.generation_id,
+        assignments,
+        protocol_type=request.protocol_type if v >= 5 else None,
+        protocol_name=request.protocol_name if v >= 5 else None,
     )
     return _response(result)

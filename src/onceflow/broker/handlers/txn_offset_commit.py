@@ -18,10 +18,10 @@ from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitRespo
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.handler_support import offset_commit_topics, requested_offsets
-from onceflow.broker.txn.config import CONSUMER_OFFSETS_TOPIC
 from onceflow.broker.txn.errors import fenced_error_code, wire_code
 from onceflow.broker.txn.metadata import TV_2
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
+from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC
 from onceflow.protocol.transaction_versions import FIRST_TV2_TXN_OFFSET_COMMIT_VERSION
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,6 @@ _Partition = _Topic.TxnOffsetCommitResponsePartition
 
 
 async def _check_transaction(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
-    if ctx.transactions is None:
-        return ErrorCode.NONE  # no transaction coordinator here: nothing to verify against
     coordinator = ctx.transactions.coordinator
     tid, pid, epoch = request.transactional_id, request.producer_id, request.producer_epoch
     router = ctx.txn_router
@@ -85,8 +83,6 @@ async def _check_remote_transaction(
 
 
 async def _commit(ctx: RequestContext, request: TxnOffsetCommitRequest, offsets) -> tuple[ErrorCode, dict]:
-    if ctx.groups is None:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, {}
     code = await _check_transaction(ctx, request)
     if code is not ErrorCode.NONE:
         return code, {}
@@ -97,7 +93,7 @@ async def _commit(ctx: RequestContext, request: TxnOffsetCommitRequest, offsets)
             )
             if code is not ErrorCode.NONE:
                 return code, {}
-        return ErrorCode.NONE, ctx.groups.commit_txn_offsets(
+        return ErrorCode.NONE, await ctx.groups.commit_txn_offsets(
             request.group_id, request.producer_id, request.producer_epoch, offsets
         )
     except KafkaError as exc:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from onceflow.broker.quotas.entities import Entity, check_value, entity
-from onceflow.log.log import write_file_atomically
+from onceflow.log.durable_file import write_atomically
 
 FILE_NAME = "client-quotas.json"
 FORMAT_VERSION = 1
@@ -62,7 +62,7 @@ class FileQuotaStore:
                 if values
             ],
         }
-        write_file_atomically(self.path, json.dumps(document, indent=1) + "\n")
+        write_atomically(self.path, json.dumps(document, indent=1) + "\n")
 
 
 def _sort_key(quota_entity: Entity) -> tuple:

@@ -1,8 +1,9 @@
 """The transaction coordinator: state machine, ``__transaction_state`` format, producer ids.
 
-Socket-free and event-loop-free: the broker injects a log writer and a marker writer (see
-``state_manager.TransactionLogWriter`` and ``markers.MarkerWriter``) and calls the coordinator's
-async methods from its handlers.
+Socket-free and event-loop-free: the coordinator runs on the coordinator runtime
+(:mod:`onceflow.broker.coordinator`), over the internal-topic writer the broker injects
+(``coordinator.writer.PartitionWriter``), and writes markers through an injected
+``markers.MarkerWriter``; the broker calls the coordinator's async methods from its handlers.
 """
 
 from onceflow.broker.txn.config import TransactionConfig
@@ -15,7 +16,6 @@ from onceflow.broker.txn.metadata import (
     TxnTransition,
 )
 from onceflow.broker.txn.pid_manager import ProducerIdManager
-from onceflow.broker.txn.state_manager import TransactionLogWriter
 
 __all__ = [
     "MarkerWriter",
@@ -24,7 +24,6 @@ __all__ = [
     "TransactionConfig",
     "TransactionCoordinator",
     "TransactionDescription",
-    "TransactionLogWriter",
     "TransactionMetadata",
     "TransactionState",
     "TxnMarker",

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+from onceflow.broker.coordinator.partitioning import java_string_hash, partition_for_key
+from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+
+__all__ = [
+    "CONSUMER_OFFSETS_TOPIC",
+    "TRANSACTION_STATE_TOPIC",
+    "TransactionConfig",
+    "java_string_hash",
+    "partition_for_key",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,23 +31,3 @@ class TransactionConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # transaction.remove.expired.transaction.cleanup.interval.ms: how often to call expire_transactional_ids.
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
-
-
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode`` (UTF-16 code units, int32 wrap-around)."""
-    h = 0
-    raw = s.encode("utf-16-be")
-    for i in range(0, len(raw), 2):
-        h = (31 * h + ((raw[i] << 8) | raw[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-# Producers and groups send the same few ids with every request: remember the answers (bounded, so a
-# flood of distinct ids cannot grow it without limit).
-@functools.lru_cache(maxsize=8192)
-def partition_for_key(key: str, num_partitions: int) -> int:
-    """Kafka's ``Utils.abs(key.hashCode) % n``, used for both ``__transaction_state`` and
-    ``__consumer_offsets`` (Utils.abs is Math.abs except that MIN_VALUE maps to 0; it must agree with
-    the group coordinator's ``partition_for_group``)."""
-    h = java_string_hash(key)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions

@@ -1,24 +1,32 @@
 """The transaction coordinator: Kafka's InitProducerId / AddPartitionsToTxn / AddOffsetsToTxn / EndTxn
-rules, timeouts, expiry and recovery, on top of :class:`TransactionStateManager`.
+rules, timeouts, expiry and recovery, on the coordinator runtime over ``__transaction_state``.
 
-No sockets and no event loop of its own: the async methods only await the two injected writers (the
-``__transaction_state`` log writer and the marker writer), so tests drive them with in-memory fakes.
-Each request method either returns its result or raises a :class:`KafkaError` whose code is the
-answer (handlers map PRODUCER_FENCED for old API versions with :func:`errors.wire_code`).
+No sockets and no event loop of its own: every change of an id is an operation of the runtime
+(:mod:`onceflow.broker.coordinator.runtime`), which appends the id's record, replays it into
+:class:`TransactionStateManager` and lets the answer go once the record is committed; the async
+methods only await that commit and the injected marker writer, so tests drive them with in-memory
+fakes. Each request method either returns its result or raises a :class:`KafkaError` whose code is
+the answer (handlers map PRODUCER_FENCED for old API versions with :func:`errors.wire_code`). A
+failed append leaves the id as it was and answers NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE.
 
-Concurrency: everything from reading a transactional id's state to its ``prepare_*`` call is
-synchronous, so on one event loop no other request can slip in between; while the append is
-awaited the transition is pending and other requests for that id get CONCURRENT_TRANSACTIONS.
+Concurrency: everything from reading a transactional id's state to the runtime's append and replay is
+synchronous, so on one event loop no other request can slip in between. While its markers are
+written a transaction's completion is pending, and other requests for that id get
+CONCURRENT_TRANSACTIONS.
 
 Ending a transaction: EndTxn appends PrepareCommit/PrepareAbort; that record is the decision, so
-from then on the answer is success. The markers and CompleteCommit/CompleteAbort follow either inline,
-before end_txn returns (the default; tests), or, with ``complete_in_background`` (the broker), in a
-task that runs once the EndTxn answer has been written, as Kafka answers EndTxn before its markers go
-out. That task is scheduled on the event loop before the answer leaves, so it runs before any request
-the client sends after reading the answer: the producer's next transaction does not meet
-CONCURRENT_TRANSACTIONS. If the markers or the Complete append fail, the answer is still success and
-:meth:`retry_incomplete_transactions` finishes the job later; the same method completes transactions
-found in Prepare* after a reload.
+once it is committed the answer is success. The markers and CompleteCommit/CompleteAbort follow
+either inline, before end_txn returns (the default; tests), or, with ``complete_in_background`` (the
+broker), in a task that runs once the EndTxn answer has been written, as Kafka answers EndTxn before
+its markers go out. That task is scheduled on the event loop before the answer leaves, so it runs
+before any request the client sends after reading the answer: the producer's next transaction does
+not meet CONCURRENT_TRANSACTIONS. Markers go out only once the decision is committed. If the markers
+or the Complete append fail, the answer is still success and :meth:`retry_incomplete_transactions`
+finishes the job later; the same method completes transactions found in Prepare* after a load.
+
+Timers (the broker starts them with :meth:`TransactionCoordinator.start_timers`) are operations of
+each loaded partition (:mod:`onceflow.broker.txn.timeouts`): aborting transactions past their
+timeout, then finishing completions that failed; and removing idle transactional ids.
 """
 
 from __future__ import annotations
@@ -30,10 +38,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from onceflow.broker.txn.config import CONSUMER_OFFSETS_TOPIC, TransactionConfig, partition_for_key
+from onceflow.broker.coordinator.commits import committed
+from onceflow.broker.coordinator.records import CoordinatorResult, StoredBatch
+from onceflow.broker.coordinator.runtime import CoordinatorRuntime
+from onceflow.broker.coordinator.scheduler import AsyncioScheduler, Scheduler
+from onceflow.broker.coordinator.writer import PartitionWriter
+from onceflow.broker.txn import timeouts
+from onceflow.broker.txn.config import TransactionConfig, partition_for_key
 from onceflow.broker.txn.end_txn import decide_end_txn
 from onceflow.broker.txn.errors import IllegalTxnTransition, TransactionAbortable, TransactionalIdNotFound
-from onceflow.broker.txn.log_format import NO_PRODUCER_ID, TopicPartition
+from onceflow.broker.txn.log_format import TopicPartition
 from onceflow.broker.txn.markers import MarkerWriter, TxnMarker
 from onceflow.broker.txn.metadata import (
     COMPLETE_STATES,
@@ -47,7 +61,6 @@ from onceflow.broker.txn.metadata import (
 )
 from onceflow.broker.txn.state_manager import (
     ListTransactionsResult,
-    TransactionLogWriter,
     TransactionStateManager,
 )
 from onceflow.protocol.errors import (
@@ -59,6 +72,8 @@ from onceflow.protocol.errors import (
     ProducerFenced,
     error_code_for,
 )
+from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from onceflow.protocol.records import NO_PRODUCER_ID
 
 log = logging.getLogger(__name__)
 
@@ -89,30 +104,51 @@ class TransactionCoordinator:
     def __init__(
         self,
         *,
-        log_writer: TransactionLogWriter,
+        log_writer: PartitionWriter,
         marker_writer: MarkerWriter,
         producer_ids: ProducerIdSource,
         config: TransactionConfig | None = None,
         clock_ms: Callable[[], int] = _system_clock_ms,
         complete_in_background: bool = False,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.config = config or TransactionConfig()
         self._markers = marker_writer
         self._producer_ids = producer_ids
         self._clock_ms = clock_ms
-        self.state = TransactionStateManager(self.config, log_writer)
+        self.state = TransactionStateManager(self.config)
+        self.runtime = CoordinatorRuntime(
+            TRANSACTION_STATE_TOPIC, log_writer, self, scheduler or AsyncioScheduler()
+        )
+        self.state.runtime = self.runtime
         self._complete_in_background = complete_in_background
         self._completions: set[asyncio.Task[bool]] = set()
+        self._timers_started = False
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
+    def load(self, coordinator_epoch: int) -> None:
+        """Load every partition of ``__transaction_state`` (one broker owns them all). Then await
+        :meth:`retry_incomplete_transactions` to finish transactions caught in Prepare*."""
+        for partition in range(self.runtime.num_partitions):
+            self.load_partition(partition, coordinator_epoch)
+
+    def load_partition(self, partition: int, coordinator_epoch: int) -> None:
+        """Become the coordinator of the ids of ``partition`` (after a failover: its new leader)."""
+        self.runtime.load(partition, coordinator_epoch)
+
+    def unload_partition(self, partition: int, coordinator_epoch: int | None = None) -> None:
+        """Stop being the coordinator of the ids of ``partition`` and forget them."""
+        self.runtime.unload(partition, coordinator_epoch)
+
     def begin_loading(self, coordinator_epoch: int) -> None:
         """From now until :meth:`load_from_records`, requests get COORDINATOR_LOAD_IN_PROGRESS."""
-        self.state.begin_loading(coordinator_epoch)
+        for partition in range(self.runtime.num_partitions):
+            self.runtime.begin_load(partition, coordinator_epoch)
 
     def load_from_records(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """Replay ``__transaction_state`` (key, value) records in log order and start serving. Then
-        await :meth:`retry_incomplete_transactions` to finish transactions caught in Prepare*."""
+        """Replay ``__transaction_state`` (key, value) records in log order and start serving (the
+        records given rather than read through the writer: tests, tools)."""
         self.state.load_from_records(records)
 
     async def drain_completions(self) -> None:
@@ -120,8 +156,69 @@ class TransactionCoordinator:
         while self._completions:
             await asyncio.wait(list(self._completions))
 
+    def start_timers(self) -> None:
+        """Run the abort and expiry timers on every loaded partition (and on those loaded later)."""
+        self._timers_started = True
+        for partition in self.runtime.active_partitions():
+            timeouts.schedule_timers(self, partition)
+
+    def stop_timers(self) -> None:
+        self._timers_started = False
+        for partition in range(self.runtime.num_partitions):
+            for key in timeouts.TIMER_KEYS:
+                self.runtime.cancel_timer(partition, key)
+
     def shutdown(self) -> None:
-        self.state.unload()
+        self._timers_started = False
+        self.runtime.unload_all()
+
+    # -- the runtime's shard -------------------------------------------------------------------------
+
+    def replay(self, partition: int, batch: StoredBatch) -> None:
+        self.state.replay(partition, batch)
+
+    def on_loaded(self, partition: int) -> None:
+        self.state.on_loaded(partition)
+        if self._timers_started:
+            timeouts.schedule_timers(self, partition)
+
+    def on_unloaded(self, partition: int) -> None:
+        self.state.on_unloaded(partition)
+
+    # -- writing one id's transition -----------------------------------------------------------------
+
+    async def _write(
+        self, metadata: TransactionMetadata, transition: TxnTransition, *, new: bool = False
+    ) -> None:
+        """Append ``transition`` (pending on ``metadata``) through the runtime, whose replay applies
+        it, and return once it is committed. On failure the transition is dropped and the mapped
+        error raised. ``new``: the id's first record (the id enters the cache by its replay)."""
+        transactional_id = metadata.transactional_id
+        partition = self.state.partition_for(transactional_id)
+        record = self.state.record_of(transactional_id, transition)
+        if new:
+            self.state.expect_new(metadata)
+        try:
+            self.runtime.write(partition, lambda: CoordinatorResult([record]))
+        except BaseException as exc:
+            self.state.not_written(transactional_id)
+            if metadata.pending_transition is transition:
+                metadata.abort_transition(transition)
+            log.info(
+                "transactional id %r: append of %s failed: %s",
+                transactional_id,
+                transition.state.kafka_name,
+                exc,
+            )
+            raise
+        finally:
+            if new:
+                self.state.forget_new(transactional_id)
+        metadata.awaiting_commit()
+        try:
+            await committed(self.runtime, partition)
+        finally:
+            metadata.committed()
 
     # -- InitProducerId ------------------------------------------------------------------------------
 
@@ -136,14 +233,14 @@ class TransactionCoordinator:
             raise InvalidRequest("an empty transactional.id is not allowed")
         self.state.validate_transaction_timeout(txn_timeout_ms)
         metadata = self.state.get(transactional_id)
+        new = metadata is None
         if metadata is None:
-            metadata = self.state.put_if_absent(
-                TransactionMetadata(
-                    transactional_id,
-                    producer_id=self._producer_ids.generate_producer_id(),
-                    txn_timeout_ms=txn_timeout_ms,
-                    txn_last_update_timestamp=self._clock_ms(),
-                )
+            # Not in the cache until its first record is replayed: a failed append leaves no trace.
+            metadata = TransactionMetadata(
+                transactional_id,
+                producer_id=self._producer_ids.generate_producer_id(),
+                txn_timeout_ms=txn_timeout_ms,
+                txn_last_update_timestamp=self._clock_ms(),
             )
         transition = self._prepare_init(metadata, txn_timeout_ms, expected)
         if transition.epoch_fence:
@@ -153,7 +250,7 @@ class TransactionCoordinator:
             raise ConcurrentTransactions(
                 f"transactional id {transactional_id!r} had an open transaction; it was aborted, retry"
             )
-        await self.state.append_transition(metadata, transition)
+        await self._write(metadata, transition, new=new)
         log.info(
             "initialized transactional id %r: producer id %d epoch %d",
             transactional_id,
@@ -225,7 +322,7 @@ class TransactionCoordinator:
         if metadata.state is TransactionState.ONGOING and wanted <= metadata.topic_partitions:
             return  # already in the transaction: nothing to write
         transition = metadata.prepare_add_partitions(wanted, self._clock_ms(), transaction_version)
-        await self.state.append_transition(metadata, transition)
+        await self._write(metadata, transition)
 
     async def add_offsets_to_txn(
         self,
@@ -321,15 +418,16 @@ class TransactionCoordinator:
         )
         if isinstance(decision, ProducerIdAndEpoch):
             return decision  # a retry of an EndTxn that already completed
-        await self.state.append_transition(metadata, decision)
+        await self._write(metadata, decision)
         answer = _next_producer(metadata)
         if self._complete_in_background:
-            self._complete_soon(metadata)
+            self.complete_soon(metadata)
         else:
             await self._complete(metadata)
         return answer
 
-    def _complete_soon(self, metadata: TransactionMetadata) -> None:
+    def complete_soon(self, metadata: TransactionMetadata) -> None:
+        """Write the markers and Complete* of ``metadata``'s transaction in a task of its own."""
         # Not an eager task: it must run after the handler returns and its answer is written.
         task = asyncio.get_running_loop().create_task(
             self._complete(metadata), name=f"txn-complete-{metadata.transactional_id}"
@@ -347,7 +445,7 @@ class TransactionCoordinator:
     # -- completion (markers, then Complete*) --------------------------------------------------------
 
     async def _end_and_complete(self, metadata: TransactionMetadata, transition: TxnTransition) -> None:
-        await self.state.append_transition(metadata, transition)
+        await self._write(metadata, transition)
         await self._complete(metadata)
 
     async def _complete(self, metadata: TransactionMetadata) -> bool:
@@ -355,43 +453,46 @@ class TransactionCoordinator:
         logged and left to :meth:`retry_incomplete_transactions`; returns whether it completed."""
         if metadata.state not in PREPARE_STATES or metadata.pending_transition_in_progress:
             return False
+        transactional_id = metadata.transactional_id
+        partition = self.state.partition_for(transactional_id)
         marker = TxnMarker(
-            transactional_id=metadata.transactional_id,
+            transactional_id=transactional_id,
             producer_id=metadata.producer_id,
             producer_epoch=metadata.producer_epoch,
-            coordinator_epoch=self.state.coordinator_epoch,
+            coordinator_epoch=self.runtime.epoch(partition),
             commit=metadata.state is TransactionState.PREPARE_COMMIT,
             partitions=metadata.topic_partitions,
             transaction_version=metadata.client_transaction_version,
         )
         # Pending while the markers are written, as in Kafka: other requests get CONCURRENT_TRANSACTIONS.
         transition = metadata.prepare_complete(self._clock_ms())
-        if marker.partitions:
-            try:
-                await self._markers.write_markers(marker)
-            except Exception as exc:
-                metadata.abort_transition(transition)
-                log.warning(
-                    "transactional id %r: markers not written yet (%s); will retry",
-                    marker.transactional_id,
-                    exc,
-                )
-                return False
         try:
-            await self.state.append_transition(metadata, transition)
+            # No marker before the decision is committed: a new coordinator might not know of it.
+            await committed(self.runtime, partition)
+            if marker.partitions:
+                await self._markers.write_markers(marker)
+        except Exception as exc:
+            if metadata.pending_transition is transition:
+                metadata.abort_transition(transition)
+            log.warning(
+                "transactional id %r: markers not written yet (%s); will retry", transactional_id, exc
+            )
+            return False
+        try:
+            await self._write(metadata, transition)
         except KafkaError as exc:
             log.warning(
                 "transactional id %r: %s not appended (%s); will retry",
-                marker.transactional_id,
+                transactional_id,
                 transition.state.kafka_name,
                 exc,
             )
             return False
-        log.debug("transactional id %r completed as %s", marker.transactional_id, transition.state.kafka_name)
+        log.debug("transactional id %r completed as %s", transactional_id, transition.state.kafka_name)
         return True
 
     async def retry_incomplete_transactions(self) -> list[str]:
-        """Finish every transaction left in PrepareCommit/PrepareAbort (after a reload, or after a failed
+        """Finish every transaction left in PrepareCommit/PrepareAbort (after a load, or after a failed
         marker write); returns the ids completed now. Call after loading and on the abort timer."""
         done = []
         for metadata in self.state.all_metadata():
@@ -403,38 +504,36 @@ class TransactionCoordinator:
 
     async def abort_timed_out_transactions(self) -> list[str]:
         """Abort transactions open longer than their timeout, bumping the epoch so that the late
-        producer is fenced; returns the ids aborted."""
+        producer is fenced, and complete them; returns the ids aborted."""
         aborted = []
-        for expired in self.state.timed_out_transactions(self._clock_ms()):
-            metadata = self.state.get(expired.transactional_id)
-            if metadata is None or metadata.producer_id != expired.producer_id:
-                continue
-            if metadata.pending_transition_in_progress or metadata.state is not TransactionState.ONGOING:
-                continue
-            transition = metadata.prepare_fence_producer_epoch(self._clock_ms())
+        for partition in self.runtime.active_partitions():
             try:
-                await self._end_and_complete(metadata, transition)
+                fenced = self.runtime.write(partition, lambda p=partition: self.fence_timed_out(p)) or []
+                await committed(self.runtime, partition)
             except KafkaError as exc:
-                log.warning("transactional id %r: timeout abort failed (%s)", expired.transactional_id, exc)
+                log.warning("__transaction_state-%d: timeout aborts failed (%s)", partition, exc)
                 continue
-            log.info("aborted transactional id %r after its timeout", expired.transactional_id)
-            aborted.append(expired.transactional_id)
+            for metadata in fenced:
+                await self._complete(metadata)
+                aborted.append(metadata.transactional_id)
         return aborted
 
+    def fence_timed_out(self, partition: int) -> CoordinatorResult[list[TransactionMetadata]]:
+        return timeouts.fence_timed_out(self.state, partition, self._clock_ms())
+
     async def expire_transactional_ids(self) -> list[str]:
-        """Remove ids idle for ``transactional.id.expiration.ms`` (tombstone first); returns them."""
-        removed = []
-        for metadata in self.state.expirable_metadata(self._clock_ms()):
-            transition = metadata.prepare_dead()
+        """Remove ids idle for ``transactional.id.expiration.ms`` (tombstones); returns them."""
+        removed: list[str] = []
+        for partition in self.runtime.active_partitions():
             try:
-                await self.state.append_transition(metadata, transition)
+                removed += self.runtime.write(partition, lambda p=partition: self.expire_idle(p)) or []
+                await committed(self.runtime, partition)
             except KafkaError as exc:
-                log.warning("transactional id %r: expiry failed (%s)", metadata.transactional_id, exc)
-                continue
-            removed.append(metadata.transactional_id)
-        if removed:
-            log.info("expired %d idle transactional ids", len(removed))
+                log.warning("__transaction_state-%d: expiry failed (%s)", partition, exc)
         return removed
+
+    def expire_idle(self, partition: int) -> CoordinatorResult[list[str]]:
+        return timeouts.expire_idle(self.state, partition, self._clock_ms())
 
     # -- admin ---------------------------------------------------------------------------------------
 

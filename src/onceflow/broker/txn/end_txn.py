@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import Protocol
 
 from onceflow.broker.txn.errors import IllegalTxnTransition
-from onceflow.broker.txn.log_format import NO_PRODUCER_ID
 from onceflow.broker.txn.metadata import (
     COMPLETE_STATES,
     MAX_EPOCH,
@@ -42,6 +41,7 @@ from onceflow.protocol.errors import (
     InvalidTxnState,
     ProducerFenced,
 )
+from onceflow.protocol.records import NO_PRODUCER_ID
 
 S = TransactionState
 

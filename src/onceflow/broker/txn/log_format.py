@@ -18,17 +18,17 @@ import struct
 from dataclasses import dataclass
 
 from onceflow.protocol.errors import CorruptMessage
+from onceflow.protocol.internal_topics import TRANSACTION_STATE_TOPIC
+from onceflow.protocol.records import NO_PRODUCER_ID
 from onceflow.protocol.schema_io import SchemaReader, SchemaWriter
 
 KEY_VERSION = 0
 VALUE_VERSION = 1  # the version we write; we read 0 and 1
 
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 
 TopicPartition = tuple[str, int]
 
-TRANSACTION_STATE_RECORD = "__transaction_state"  # names the topic in CorruptMessage texts
+TRANSACTION_STATE_RECORD = TRANSACTION_STATE_TOPIC  # names the topic in CorruptMessage texts
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +62,7 @@ def encode_key(transactional_id: str) -> bytes:
     return writer.done()
 
 
+@functools.lru_cache(maxsize=65536)  # every record is replayed; ids repeat (bounded, as partition_for_key)
 def decode_key(buf: bytes) -> str:
     """The transactional id of a key; raises :class:`CorruptMessage` for unknown versions or bad bytes."""
     reader = SchemaReader(buf, TRANSACTION_STATE_RECORD)

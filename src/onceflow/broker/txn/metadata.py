@@ -5,9 +5,11 @@ KIP-890 part 2); any other move raises :class:`IllegalTxnTransition` naming both
 
 Rule 2: nothing changes a :class:`TransactionMetadata` from outside. A change is two-phase, as in
 Kafka: a ``prepare_*`` method checks the move and returns a frozen :class:`TxnTransition` (and marks
-it pending, so a second change can't start meanwhile); the caller appends the transition to
-``__transaction_state``; only then does :meth:`TransactionMetadata.complete_transition` apply it. If
-the append fails, :meth:`TransactionMetadata.abort_transition` drops it.
+it pending, so a second change can't start meanwhile); the coordinator runtime appends the
+transition's record to ``__transaction_state`` and replays it, and the replay (the one loading uses)
+applies it with :meth:`TransactionMetadata.complete_transition`. If the append fails,
+:meth:`TransactionMetadata.abort_transition` drops it. A transition is also pending while its
+transaction's markers are written (Kafka's pending state): other requests then wait.
 
 Epoch rules the coordinator relies on: epochs are int16 and a client may never be given 32767
 (``MAX_EPOCH``), so that the coordinator can always fence one more time; an epoch >= 32766 is
@@ -22,16 +24,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from onceflow.broker.txn.errors import IllegalTxnTransition
-from onceflow.broker.txn.log_format import (
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    TopicPartition,
-    TransactionLogValue,
-)
+from onceflow.broker.txn.log_format import TopicPartition, TransactionLogValue
+from onceflow.protocol.records import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 log = logging.getLogger(__name__)
 
-MAX_EPOCH = 32767
+MAX_EPOCH = MAX_PRODUCER_EPOCH
 
 # Kafka's transaction versions (the ``transaction.version`` feature): TV_2 is KIP-890 part 2, where
 # every EndTxn bumps the epoch so that a late EndTxn can never touch the next transaction.
@@ -160,7 +158,7 @@ class TransactionMetadata:
     """A transactional id's current state plus at most one pending transition. Not thread-safe: the
     coordinator runs on one event loop and never awaits between a check and the ``prepare_*`` call."""
 
-    __slots__ = ("transactional_id", "_current", "_pending")
+    __slots__ = ("transactional_id", "_current", "_pending", "_uncommitted")
 
     def __init__(
         self,
@@ -193,6 +191,7 @@ class TransactionMetadata:
             client_transaction_version=client_transaction_version,
         )
         self._pending: TxnTransition | None = None
+        self._uncommitted = 0  # applied writes whose records are not committed yet
 
     @classmethod
     def from_log_value(cls, transactional_id: str, value: TransactionLogValue) -> TransactionMetadata:
@@ -268,7 +267,20 @@ class TransactionMetadata:
 
     @property
     def pending_transition_in_progress(self) -> bool:
-        return self._pending is not None
+        """A change is under way: prepared and not yet appended, or applied and not yet committed
+        (another request for the id must wait: CONCURRENT_TRANSACTIONS, as Kafka's pending state)."""
+        return self._pending is not None or self._uncommitted > 0
+
+    def awaiting_commit(self) -> None:
+        """The last transition is applied; its record is not committed yet."""
+        self._uncommitted += 1
+
+    def committed(self) -> None:
+        self._uncommitted = max(self._uncommitted - 1, 0)
+
+    @property
+    def pending_transition(self) -> TxnTransition | None:
+        return self._pending
 
     @property
     def is_producer_epoch_exhausted(self) -> bool:
@@ -340,6 +352,13 @@ class TransactionMetadata:
         self._current = transition._replace(epoch_fence=False) if transition.epoch_fence else transition
         self._pending = None
         log.debug("transactional id %r is now %s", self.transactional_id, transition.state.kafka_name)
+
+    def replace_with_log_value(self, value: TransactionLogValue) -> None:
+        """Replay of a record this object did not prepare (another writer's, or an older one's): the
+        state becomes the record's, as when loading; nothing stays pending."""
+        loaded = TransactionMetadata.from_log_value(self.transactional_id, value)
+        self._current = loaded._current
+        self._pending = None
 
     def abort_transition(self, transition: TxnTransition) -> None:
         """Drop the pending ``transition`` because its append failed; the state stays as it was."""

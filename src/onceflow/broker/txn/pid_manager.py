@@ -1,19 +1,19 @@
 """Producer ids that never repeat, also across restarts.
 
 Ids are handed out from blocks (Kafka's ``ProducerIdsBlock``, 1000 ids by default). Before the first id
-of a new block is handed out, the block's end is written to a small file in the data dir (write a
-temp file, fsync, rename, fsync the directory), so a crash at any point can only skip ids, never
-repeat one: on start we resume after the persisted end.
+of a new block is handed out, the block's end is written to a small file in the data dir
+(``log.durable_file.write_atomically``: temp file, fsync, rename, fsync the directory), so a crash at
+any point can only skip ids, never repeat one: on start we resume after the persisted end.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from onceflow.broker.txn.errors import ProducerIdsExhausted
+from onceflow.log.durable_file import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +77,4 @@ class ProducerIdManager:
 
     def _persist_end(self, end: int) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._path.with_name(self._path.name + ".tmp")
-        payload = json.dumps({"version": _FORMAT_VERSION, "next_block_start": end}).encode()
-        with open(tmp, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._path)
-        dir_fd = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self._path, json.dumps({"version": _FORMAT_VERSION, "next_block_start": end}))

@@ -12,9 +12,9 @@ holding the LSO back forever (a hanging transaction).
   transaction being completed, a loading coordinator) answer NOT_ENOUGH_REPLICAS, which producers
   retry, as Kafka does for old clients; a stale epoch answers INVALID_PRODUCER_EPOCH.
 - Produce v12+ (transaction protocol v2): the broker adds the partitions itself
-  (``add_partitions_to_txn`` with TV_2) before appending, so clients send no AddPartitionsToTxn; on
-  a cluster whose coordinator of the transactional id is another broker, through the node's
-  ``txn_router`` (an AddPartitionsToTxn v5 to that broker).
+  (``add_partitions_to_txn`` with TV_2, from the Produce handler) before appending, so clients send
+  no AddPartitionsToTxn; on a cluster whose coordinator of the transactional id is another broker,
+  through the node's ``txn_router`` (an AddPartitionsToTxn v5 to that broker).
 - On a cluster, the v3-11 check is made only where this broker coordinates the transactional id (a
   remote verification would need an await before the append, which must stay in request order).
   The same translations apply, except that CONCURRENT_TRANSACTIONS is answered as it is: with TV_2
@@ -24,26 +24,28 @@ holding the LSO back forever (a hanging transaction).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from onceflow.broker.txn.metadata import TV_2
-from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
-from onceflow.protocol.records import BatchHeader, read_header
+from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError
+from onceflow.protocol.records import BatchHeader
 from onceflow.protocol.transaction_versions import FIRST_ABORTABLE_PRODUCE_VERSION, FIRST_TV2_PRODUCE_VERSION
+
+if TYPE_CHECKING:
+    from onceflow.broker.topics import Partition
+    from onceflow.broker.txn.service import TransactionService
+    from onceflow.server.txn_router import TransactionRouter
 
 # Coordinator answers a producer may not retry on a Produce; NOT_ENOUGH_REPLICAS makes every producer
 # retry without refreshing its metadata.
-_RETRIED_AS_NOT_ENOUGH_REPLICAS = frozenset(
-    {
-        ErrorCode.NETWORK_EXCEPTION,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.NOT_COORDINATOR,
-    }
-)
+_RETRIED_AS_NOT_ENOUGH_REPLICAS = COORDINATOR_MOVED | {
+    ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
 
 
-def _produce_error(code: ErrorCode, message: str, produce_version: int) -> KafkaError:
+def produce_error(code: ErrorCode, message: str, produce_version: int) -> KafkaError:
+    """What a Produce answers for the coordinator's ``code`` about its transaction (Kafka's
+    ReplicaManager translations, by Produce version)."""
     if code == ErrorCode.TRANSACTION_ABORTABLE and produce_version < FIRST_ABORTABLE_PRODUCE_VERSION:
         code = ErrorCode.INVALID_TXN_STATE
     elif code in _RETRIED_AS_NOT_ENOUGH_REPLICAS or (
@@ -63,17 +65,17 @@ def _first_transactional(batches: list[tuple[BatchHeader, memoryview]]) -> Batch
 
 
 def verify_transactional_append(
-    transactions: Any,
+    transactions: TransactionService,
     transactional_id: str | None,
     topic: str,
-    partition: Any,
+    partition: Partition,
     batches: list[tuple[BatchHeader, memoryview]],
     produce_version: int,
-    router: Any = None,
+    router: TransactionRouter | None = None,
 ) -> None:
     """Raise the produce error for a transactional batch the coordinator has not admitted (v3-11)."""
     header = _first_transactional(batches)
-    if header is None or transactions is None:
+    if header is None:
         return
     if not transactional_id:
         raise KafkaError(
@@ -81,7 +83,7 @@ def verify_transactional_append(
             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         )
     if produce_version >= FIRST_TV2_PRODUCE_VERSION:
-        return  # added by add_partitions_for_produce before the appends
+        return  # added by the Produce handler before the appends (handlers.produce)
     if router is not None and not router.is_local(transactional_id):
         return  # coordinated by another broker (see the module docstring)
     entry = partition.log.producer_state.last_entry(header.producer_id)
@@ -96,46 +98,9 @@ def verify_transactional_append(
         transactional_id, header.producer_id, header.producer_epoch, [tp]
     )[tp]
     if code != ErrorCode.NONE:
-        raise _produce_error(
+        raise produce_error(
             ErrorCode(code),
             f"{topic}-{partition.index} is not in the transaction of {transactional_id!r} "
             f"(producer {header.producer_id} epoch {header.producer_epoch}): {ErrorCode(code).name}",
             produce_version,
         )
-
-
-async def add_partitions_for_produce(ctx: Any, request: Any) -> dict[tuple[str, int], KafkaError]:
-    """Produce v12+: add every partition with transactional batches to the producer's transaction
-    (TV_2); returns the error for partitions that could not be added."""
-    transactions = ctx.transactions
-    transactional_id = request.transactional_id
-    if transactions is None or not transactional_id:
-        return {}
-    wanted: list[tuple[str, int]] = []
-    producer: tuple[int, int] | None = None
-    for topic_data in request.topic_data:
-        for data in topic_data.partition_data:
-            if not data.records or len(data.records) < 61:
-                continue
-            header = read_header(memoryview(data.records))
-            if header.is_transactional:
-                wanted.append((topic_data.name, data.index))
-                producer = (header.producer_id, header.producer_epoch)
-    if not wanted or producer is None:
-        return {}
-    router = getattr(ctx, "txn_router", None)
-    if router is not None and not router.is_local(transactional_id):
-        codes = await router.add_partitions(transactional_id, producer[0], producer[1], wanted)
-        return {
-            tp: _produce_error(code, f"{tp[0]}-{tp[1]}: {code.name}", FIRST_TV2_PRODUCE_VERSION)
-            for tp, code in codes.items()
-            if code != ErrorCode.NONE
-        }
-    try:
-        await transactions.coordinator.add_partitions_to_txn(
-            transactional_id, producer[0], producer[1], wanted, transaction_version=TV_2
-        )
-    except KafkaError as exc:
-        error = _produce_error(error_code_for(exc), str(exc), FIRST_TV2_PRODUCE_VERSION)
-        return dict.fromkeys(wanted, error)
-    return {}

@@ -1,116 +1,61 @@
 """The transaction coordinator wired into a broker: its log on ``__transaction_state``, its markers
 written to the partition logs, its timers.
 
-- :class:`TopicTransactionLog` is the coordinator's ``TransactionLogWriter``: one record per append,
-  one batch per record, appended to ``__transaction_state``-``p`` as a coordinator append. The topic is
-  created (internal, ``transaction.state.log.num.partitions`` partitions) on the first append, as Kafka
-  does on the first transactional request; if it exists, its own partition count wins.
+- The coordinator's log is the internal-topic writer of the coordinator runtime
+  (:class:`~onceflow.broker.coordinator.internal_topic.InternalTopicWriter`), one record per append
+  on ``__transaction_state``; the topic is created on the first append, as Kafka does on the first
+  transactional request.
 - :func:`write_marker` appends one COMMIT/ABORT control batch to one partition; both the local
   :class:`LocalMarkerWriter` (the coordinator's markers) and the WriteTxnMarkers handler use it. A
-  marker written to ``__consumer_offsets`` also tells the group coordinator to publish or drop the
-  producer's pending offsets.
-- :class:`TransactionService` builds the coordinator at broker start, replays the log, finishes
-  transactions caught in PrepareCommit/PrepareAbort, and runs the abort/expiry timers.
+  marker for ``__consumer_offsets`` goes through the group coordinator, which writes it and publishes
+  or drops the producer's pending offsets.
+- :class:`TransactionService` builds the coordinator at broker start, loads every partition,
+  finishes transactions caught in PrepareCommit/PrepareAbort, and starts the timers.
 
-One broker is the only coordinator, so the coordinator epoch is fixed at 0: markers from a previous
-run of the same broker carry the same epoch, which the partitions accept.
+One broker is the only coordinator, so every partition is loaded under coordinator epoch 0: markers
+from a previous run of the same broker carry the same epoch, which the partitions accept. With
+replication the epoch is the partition's leader epoch, and a failover unloads the partition on one
+broker and loads it on another (``TransactionCoordinator.load_partition`` / ``unload_partition``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from onceflow.broker import faults as fault_points
-from onceflow.broker.txn.config import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TransactionConfig
-from onceflow.broker.txn.coordinator import TransactionCoordinator
-from onceflow.broker.txn.markers import TxnMarker
-from onceflow.broker.txn.pid_manager import ProducerIdManager
+from onceflow.broker.coordinator.commits import committed
+from onceflow.broker.coordinator.internal_topic import InternalTopicWriter
+from onceflow.broker.coordinator.runtime import STARTUP_COORDINATOR_EPOCH
+from onceflow.broker.coordinator.scheduler import AsyncioScheduler
+from onceflow.broker.txn.config import TransactionConfig
+from onceflow.broker.txn.coordinator import ProducerIdSource, TransactionCoordinator, TransactionDescription
+from onceflow.broker.txn.markers import MarkerWriter, TxnMarker
+from onceflow.broker.txn.state_manager import ListTransactionsResult
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
-from onceflow.protocol.record_codec import decode_batches
-from onceflow.protocol.records import build_one_record_batch, control_batch_for_append
+from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from onceflow.protocol.records import control_batch_for_append
+
+if TYPE_CHECKING:
+    from onceflow.broker.config import BrokerConfig
+    from onceflow.broker.faults import Faults
+    from onceflow.broker.group.service import GroupService
+    from onceflow.broker.topics import TopicManager
 
 log = logging.getLogger(__name__)
-
-COORDINATOR_EPOCH = 0
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class TopicTransactionLog:
-    """``__transaction_state`` on the broker's partition logs."""
-
-    def __init__(self, topics: Any, num_partitions: int) -> None:
-        self._topics = topics
-        topic = topics.get(TRANSACTION_STATE_TOPIC)
-        self.num_partitions = num_partitions if topic is None else len(topic.partitions)
-        # Partition objects by index, looked up once per topic object (a deleted and re-created
-        # topic is a new object, so the cache never hands out a stale partition).
-        self._topic: Any = None
-        self._partitions: dict[int, Any] = {}
-
-    def _partition(self, partition: int) -> Any:
-        topic = self._topics.get(TRANSACTION_STATE_TOPIC)
-        if topic is None:
-            topic = self._topics.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, internal=True)
-        if topic is not self._topic:
-            self._topic, self._partitions = topic, {}
-        found = self._partitions.get(partition)
-        if found is None:
-            found = self._partitions[partition] = self._topics.get_partition(
-                TRANSACTION_STATE_TOPIC, partition
-            )
-        return found
-
-    async def append(self, partition: int, key: bytes, value: bytes | None) -> None:
-        # One record, uncompressed, no producer id: built with its header, nothing parsed back.
-        header, batch = build_one_record_batch(key, value, timestamp_ms=_now_ms())
-        try:
-            self._partition(partition).append([(header, memoryview(batch))], origin=AppendOrigin.COORDINATOR)
-        except OSError as exc:
-            raise KafkaError(
-                f"{TRANSACTION_STATE_TOPIC}-{partition}: {exc}", ErrorCode.KAFKA_STORAGE_ERROR
-            ) from exc
-
-    def records(self) -> Iterator[tuple[bytes, bytes | None]]:
-        """Every (key, value) of every partition, each partition in log order."""
-        topic = self._topics.get(TRANSACTION_STATE_TOPIC)
-        if topic is None:
-            return
-        for partition in topic.partitions:
-            plog = partition.log
-            if plog is None or partition.leader_id != self._topics.node_id:
-                continue  # led by another broker: its coordinator replays it
-            for _header, view in plog.iter_batches(plog.log_start_offset):
-                try:
-                    decoded = list(decode_batches(view))
-                except KafkaError as exc:
-                    log.warning(
-                        "%s-%d: skipping an unreadable batch: %s",
-                        TRANSACTION_STATE_TOPIC,
-                        partition.index,
-                        exc,
-                    )
-                    continue
-                for batch in decoded:
-                    if batch.control is not None:
-                        continue
-                    for record in batch.records:
-                        if record.key is not None:
-                            yield record.key, record.value
-
-
 def write_marker(
-    topics: Any,
-    groups: Any,
+    topics: TopicManager,
+    groups: GroupService,
     topic: str,
     partition: int,
     *,
@@ -121,8 +66,14 @@ def write_marker(
 ) -> None:
     """Append one transaction marker to ``topic``-``partition``; raises UNKNOWN_TOPIC_OR_PARTITION if
     it does not exist, or the log's error. A marker for a producer with no open transaction there (a
-    re-sent marker) is accepted and completes nothing."""
+    re-sent marker) is accepted and completes nothing. A marker for ``__consumer_offsets`` is an
+    operation of the group coordinator, whose replay of it publishes or drops the producer's offsets."""
     target = topics.get_partition(topic, partition)  # raises UnknownTopicOrPartition
+    if topic == CONSUMER_OFFSETS_TOPIC:
+        groups.complete_transaction(
+            partition, producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
+        )
+        return
     header, batch = control_batch_for_append(
         producer_id,
         producer_epoch,
@@ -131,21 +82,19 @@ def write_marker(
         timestamp_ms=_now_ms(),
     )
     target.append([(header, memoryview(batch))], origin=AppendOrigin.COORDINATOR)
-    if topic == CONSUMER_OFFSETS_TOPIC and groups is not None:
-        groups.on_txn_marker(producer_id, commit)
 
 
 class LocalMarkerWriter:
     """The coordinator's :class:`~onceflow.broker.txn.markers.MarkerWriter`: this broker leads every
     partition, so markers go straight to the logs."""
 
-    def __init__(self, topics: Any, groups: Any, faults: Any) -> None:
+    def __init__(self, topics: TopicManager, groups: GroupService, faults: Faults) -> None:
         self._topics = topics
         self._groups = groups
         self._faults = faults
 
     async def write_markers(self, marker: TxnMarker) -> None:
-        if self._faults is not None and self._faults.fire(fault_points.CRASH_AFTER_PREPARE):
+        if self._faults.fire(fault_points.CRASH_AFTER_PREPARE):
             # The decision (PrepareCommit/PrepareAbort) is in __transaction_state; no marker is.
             log.error("fault crash-after-prepare: exiting before the markers of %r", marker.transactional_id)
             logging.shutdown()
@@ -170,7 +119,7 @@ class LocalMarkerWriter:
                 ) from exc
 
 
-def transaction_config_from(broker_config: Any, topics: Any = None) -> TransactionConfig:
+def transaction_config_from(broker_config: BrokerConfig, topics: TopicManager) -> TransactionConfig:
     """The coordinator's settings from the broker config (same Kafka names, snake case). The
     ``__consumer_offsets`` partition count must be the group coordinator's: the topic's own count if
     it exists, else the group coordinator's default (the group for AddOffsetsToTxn hashes onto it)."""
@@ -185,7 +134,7 @@ def transaction_config_from(broker_config: Any, topics: Any = None) -> Transacti
         "transaction_remove_expired_transaction_cleanup_interval_ms",
     )
     values = {name: getattr(broker_config, name, getattr(defaults, name)) for name in names}
-    offsets = topics.get(CONSUMER_OFFSETS_TOPIC) if topics is not None else None
+    offsets = topics.get(CONSUMER_OFFSETS_TOPIC)
     values["offsets_topic_num_partitions"] = (
         len(offsets.partitions)
         if offsets is not None
@@ -199,70 +148,63 @@ class TransactionService:
 
     def __init__(
         self,
-        broker_config: Any,
-        topics: Any,
-        groups: Any,
-        faults: Any,
-        producer_ids: ProducerIdManager | None = None,
-        wrap_markers: Any = None,
+        broker_config: BrokerConfig,
+        topics: TopicManager,
+        groups: GroupService,
+        faults: Faults,
+        producer_ids: ProducerIdSource,
+        wrap_markers: Callable[[MarkerWriter], MarkerWriter] | None = None,
     ) -> None:
         """``wrap_markers``: on a cluster node, takes the local marker writer and gives the one that
-        also reaches partitions led by other brokers (``server.txn_markers``)."""
+        also reaches partitions led by other brokers (``server.txn_markers``). ``producer_ids``: the
+        broker's allocator (a single node's ``ProducerIdManager``, a cluster broker's blocks from the
+        controller)."""
         self.config = transaction_config_from(broker_config, topics)
         self._topics = topics
         self._groups = groups
-        # Share the broker's allocator (InitProducerId for idempotent producers uses it too): two
-        # allocators over one data dir could hand out the same id.
-        self.producer_ids = producer_ids or ProducerIdManager(broker_config.data_dir)
-        self.log = TopicTransactionLog(topics, self.config.transaction_state_log_num_partitions)
+        # The broker's allocator (InitProducerId for idempotent producers uses it too): two allocators
+        # over one data dir could hand out the same id.
+        self.producer_ids = producer_ids
         self.coordinator = TransactionCoordinator(
-            log_writer=self.log,
+            log_writer=InternalTopicWriter(
+                topics, TRANSACTION_STATE_TOPIC, self.config.transaction_state_log_num_partitions, faults
+            ),
             marker_writer=(wrap_markers or (lambda local: local))(LocalMarkerWriter(topics, groups, faults)),
             producer_ids=self.producer_ids,
             config=self.config,
             complete_in_background=True,
+            scheduler=AsyncioScheduler(),
         )
-        self._timers: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         coordinator = self.coordinator
-        coordinator.begin_loading(COORDINATOR_EPOCH)
-        coordinator.load_from_records(self.log.records())
+        coordinator.load(STARTUP_COORDINATOR_EPOCH)
         done = await coordinator.retry_incomplete_transactions()
         if done:
             log.info("completed %d transaction(s) found in PrepareCommit/PrepareAbort: %s", len(done), done)
-        abort_ms = self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms
-        expire_ms = self.config.transaction_remove_expired_transaction_cleanup_interval_ms
-        self._timers = [
-            asyncio.create_task(self._every(abort_ms, self._abort_and_retry), name="txn-abort-timer"),
-            asyncio.create_task(
-                self._every(expire_ms, coordinator.expire_transactional_ids), name="txn-expiry"
-            ),
-        ]
-
-    async def _abort_and_retry(self) -> None:
-        await self.coordinator.abort_timed_out_transactions()
-        await self.coordinator.retry_incomplete_transactions()
-
-    @staticmethod
-    async def _every(interval_ms: int, job: Any) -> None:
-        while True:
-            await asyncio.sleep(interval_ms / 1000.0)
-            try:
-                await job()
-            except Exception:
-                log.exception("transaction coordinator timer failed")
+        coordinator.start_timers()
 
     async def stop(self) -> None:
-        for task in self._timers:
-            task.cancel()
-        for task in self._timers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._timers = []
+        self.coordinator.stop_timers()
         await self.coordinator.drain_completions()
         self.coordinator.shutdown()
 
-    def write_marker(self, topic: str, partition: int, **kwargs: Any) -> None:
-        """WriteTxnMarkers: the same append the coordinator's own markers use."""
-        write_marker(self._topics, self._groups, topic, partition, **kwargs)
+    async def describe_transactions(self, transactional_ids: Iterable[str]) -> list[TransactionDescription]:
+        """DescribeTransactions, answered once what it shows is committed."""
+        described = self.coordinator.describe_transactions(transactional_ids)
+        await self._all_committed()
+        return described
+
+    async def list_transactions(
+        self, state_filters: Iterable[str], producer_id_filters: Iterable[int], duration_filter_ms: int
+    ) -> ListTransactionsResult:
+        """ListTransactions (raises COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR when not serving),
+        answered once what it shows is committed."""
+        listed = self.coordinator.list_transactions(state_filters, producer_id_filters, duration_filter_ms)
+        await self._all_committed()
+        return listed
+
+    async def _all_committed(self) -> None:
+        runtime = self.coordinator.runtime
+        for partition in runtime.active_partitions():
+            await committed(runtime, partition)

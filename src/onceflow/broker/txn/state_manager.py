@@ -1,46 +1,35 @@
-"""The coordinator's cache of transactional ids and its link to ``__transaction_state``.
+"""The transaction coordinator's state: every transactional id of the partitions of
+``__transaction_state`` this broker has loaded, and the replay that builds it.
 
-Owns: the map transactional id -> :class:`TransactionMetadata`, the loading status (requests get
-COORDINATOR_LOAD_IN_PROGRESS until the log is replayed, NOT_COORDINATOR after unloading), the append
-of a prepared transition followed by its completion, replay of the log on load, and the queries
-behind timeouts, expiry, ListTransactions and DescribeTransactions.
+This is the coordinator's shard for the runtime (:mod:`onceflow.broker.coordinator.runtime`): loading a
+partition replays its records here; a live write is appended by the runtime and then replayed here
+through the same :meth:`TransactionStateManager.replay`. An id's record is its whole state (Kafka's
+``TransactionLogValue``); a tombstone removes the id. A replayed record that is the transition the
+coordinator prepared for that id completes it, so the id keeps what the log does not hold (the
+previous epoch, for a retried InitProducerId); any other record replaces the state as loading does.
+Unloading a partition forgets its ids.
+
+Requests for an id of a partition that is loading get COORDINATOR_LOAD_IN_PROGRESS, of one that is not
+loaded (never, or no longer) NOT_COORDINATOR.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
+from onceflow.broker.coordinator.records import Record, StoredBatch
+from onceflow.broker.coordinator.runtime import CoordinatorRuntime, PartitionStatus
 from onceflow.broker.txn.config import TransactionConfig, partition_for_key
-from onceflow.broker.txn.errors import CoordinatorNotAvailable, InvalidTransactionTimeout
+from onceflow.broker.txn.errors import InvalidTransactionTimeout
 from onceflow.broker.txn.log_format import decode_key, decode_value, encode_key, encode_value_fields
 from onceflow.broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransition
-from onceflow.protocol.errors import (
-    CoordinatorLoadInProgress,
-    ErrorCode,
-    KafkaError,
-    NotCoordinator,
-    error_code_for,
-)
+from onceflow.protocol.errors import CoordinatorLoadInProgress, NotCoordinator
 
 log = logging.getLogger(__name__)
 
-
-class TransactionLogWriter(Protocol):
-    async def append(self, partition: int, key: bytes, value: bytes | None) -> None:
-        """Append one record to ``__transaction_state``-``partition`` and return once it is durable
-        (acks=-1, no compression, as Kafka enforces). ``value`` None is a tombstone. Raise a
-        :class:`KafkaError` on failure."""
-        ...
-
-
-class CoordinatorStatus(enum.Enum):
-    LOADING = "loading"  # requests answer COORDINATOR_LOAD_IN_PROGRESS
-    ACTIVE = "active"
-    INACTIVE = "inactive"  # never loaded or unloaded: NOT_COORDINATOR
+_NOTHING = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,26 +52,7 @@ class ListTransactionsResult:
     unknown_state_filters: list[str]
 
 
-def _append_error(exc: BaseException) -> KafkaError:
-    """Kafka's mapping of a failed ``__transaction_state`` append to what the client is told."""
-    code = error_code_for(exc)
-    if code in (
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        ErrorCode.REQUEST_TIMED_OUT,
-    ):
-        return CoordinatorNotAvailable(f"__transaction_state append failed: {exc}")
-    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return NotCoordinator(f"__transaction_state append failed: {exc}")
-    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
-        return KafkaError(f"__transaction_state append failed: {exc}", ErrorCode.UNKNOWN_SERVER_ERROR)
-    if isinstance(exc, KafkaError):
-        return exc
-    return KafkaError(f"__transaction_state append failed: {exc!r}", ErrorCode.UNKNOWN_SERVER_ERROR)
-
-
-def _encoded_value(transition: TxnTransition) -> bytes:
+def encoded_value(transition: TxnTransition) -> bytes:
     """The ``__transaction_state`` value of ``transition`` (as ``encode_value(transition.to_log_value())``,
     without the intermediate object)."""
     return encode_value_fields(
@@ -99,68 +69,124 @@ def _encoded_value(transition: TxnTransition) -> bytes:
     )
 
 
+def transition_record(transactional_id: str, transition: TxnTransition) -> Record:
+    """The record of ``transition``: its state, or a tombstone for Dead."""
+    value = None if transition.state is TransactionState.DEAD else encoded_value(transition)
+    return encode_key(transactional_id), value
+
+
 class TransactionStateManager:
-    def __init__(self, config: TransactionConfig, log_writer: TransactionLogWriter) -> None:
+    """The ids of the loaded partitions, and their replay (the runtime's shard)."""
+
+    def __init__(self, config: TransactionConfig) -> None:
         self.config = config
-        self._writer = log_writer
         self._cache: dict[str, TransactionMetadata] = {}
-        self._status = CoordinatorStatus.INACTIVE
-        self._coordinator_epoch = -1
+        # Ids whose first record is being written: replay adopts the object the coordinator prepared.
+        self._creating: dict[str, TransactionMetadata] = {}
+        # The value of the record written for an id's pending transition (see record_of): replay
+        # recognises it without encoding the transition again.
+        self._written: dict[str, bytes | None] = {}
+        self.runtime: CoordinatorRuntime | None = None  # set by the coordinator that owns both
+
+    def _runtime(self) -> CoordinatorRuntime:
+        if self.runtime is None:
+            raise RuntimeError("the transaction state has no runtime")
+        return self.runtime
 
     # -- status --------------------------------------------------------------------------------------
 
-    @property
-    def status(self) -> CoordinatorStatus:
-        return self._status
-
-    @property
-    def coordinator_epoch(self) -> int:
-        return self._coordinator_epoch
-
     def partition_for(self, transactional_id: str) -> int:
-        return partition_for_key(transactional_id, self.config.transaction_state_log_num_partitions)
+        return partition_for_key(transactional_id, self._runtime().num_partitions)
+
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        """The epoch markers for this id carry: its partition's coordinator epoch."""
+        return self._runtime().epoch(self.partition_for(transactional_id))
 
     def check_active(self) -> None:
-        if self._status is CoordinatorStatus.LOADING:
+        """For requests about every id (ListTransactions): all loaded partitions must be active."""
+        runtime = self._runtime()
+        statuses = {runtime.status(p) for p in range(runtime.num_partitions)}
+        if PartitionStatus.LOADING in statuses:
             raise CoordinatorLoadInProgress("the transaction coordinator is loading __transaction_state")
-        if self._status is CoordinatorStatus.INACTIVE:
+        if PartitionStatus.ACTIVE not in statuses:
             raise NotCoordinator("this broker is not (or no longer) the transaction coordinator")
 
-    def begin_loading(self, coordinator_epoch: int) -> None:
-        self._status = CoordinatorStatus.LOADING
-        self._coordinator_epoch = coordinator_epoch
-        self._cache.clear()
+    # -- the runtime's shard -------------------------------------------------------------------------
+
+    def replay(self, partition: int, batch: StoredBatch) -> None:
+        for key, value in batch.records:
+            if key:
+                self._replay_record(key, value)
+
+    def _replay_record(self, key: bytes, value: bytes | None) -> None:
+        transactional_id = decode_key(key)
+        metadata = self._cache.get(transactional_id) or self._creating.pop(transactional_id, None)
+        pending = metadata.pending_transition if metadata is not None else None
+        written = self._written.pop(transactional_id, _NOTHING)
+        if pending is not None and written is not _NOTHING and written == value:
+            metadata.complete_transition(pending)  # the write the coordinator prepared
+            if value is None:
+                self._cache.pop(transactional_id, None)
+            else:
+                self._cache[transactional_id] = metadata
+            return
+        decoded = decode_value(value)
+        if decoded is None:
+            self._cache.pop(transactional_id, None)
+        elif metadata is None:
+            self._cache[transactional_id] = TransactionMetadata.from_log_value(transactional_id, decoded)
+        else:
+            metadata.replace_with_log_value(decoded)
+            self._cache[transactional_id] = metadata
+
+    def on_loaded(self, partition: int) -> None:
+        count = sum(1 for tid in self._cache if self.partition_for(tid) == partition)
+        log.debug("__transaction_state-%d loaded: %d transactional ids", partition, count)
+
+    def on_unloaded(self, partition: int) -> None:
+        for transactional_id in [t for t in self._cache if self.partition_for(t) == partition]:
+            del self._cache[transactional_id]
+
+    def record_of(self, transactional_id: str, transition: TxnTransition) -> Record:
+        """The record that writes ``transition`` (pending on the id), remembered for its replay."""
+        record = transition_record(transactional_id, transition)
+        self._written[transactional_id] = record[1]
+        return record
+
+    def not_written(self, transactional_id: str) -> None:
+        """The record of :meth:`record_of` was not appended."""
+        self._written.pop(transactional_id, None)
+
+    def expect_new(self, metadata: TransactionMetadata) -> None:
+        """``metadata`` is a new id whose first transition is about to be written."""
+        self._creating[metadata.transactional_id] = metadata
+
+    def forget_new(self, transactional_id: str) -> None:
+        self._creating.pop(transactional_id, None)
 
     def load_from_records(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """Replay ``(key, value)`` records of ``__transaction_state`` in log order: the last record of an
-        id wins and a tombstone removes it. Call :meth:`begin_loading` first; this activates."""
-        if self._status is not CoordinatorStatus.LOADING:
+        """Replay ``(key, value)`` records of ``__transaction_state`` (every partition, each in log
+        order) into partitions being loaded (``CoordinatorRuntime.begin_load``), then activate them."""
+        runtime = self._runtime()
+        loading = [p for p in range(runtime.num_partitions) if runtime.status(p) is PartitionStatus.LOADING]
+        if not loading:
             raise RuntimeError("load_from_records without begin_loading")
-        loaded: dict[str, TransactionMetadata] = {}
         for key, value in records:
-            transactional_id = decode_key(key)
-            decoded = decode_value(value)
-            if decoded is None:
-                loaded.pop(transactional_id, None)
-            else:
-                loaded[transactional_id] = TransactionMetadata.from_log_value(transactional_id, decoded)
-        self._cache = loaded
-        self._status = CoordinatorStatus.ACTIVE
-        log.info("loaded %d transactional ids from __transaction_state", len(loaded))
-
-    def unload(self) -> None:
-        self._cache.clear()
-        self._status = CoordinatorStatus.INACTIVE
+            partition = partition_for_key(decode_key(key), runtime.num_partitions)
+            runtime.replay_loaded(partition, StoredBatch(((key, value),)))
+        for partition in loading:
+            runtime.finish_load(partition)
+        log.info("loaded %d transactional ids from __transaction_state", len(self._cache))
 
     # -- cache ---------------------------------------------------------------------------------------
 
     def get(self, transactional_id: str) -> TransactionMetadata | None:
-        self.check_active()
+        self._runtime().check_active(self.partition_for(transactional_id))
         return self._cache.get(transactional_id)
 
-    def put_if_absent(self, metadata: TransactionMetadata) -> TransactionMetadata:
-        self.check_active()
-        return self._cache.setdefault(metadata.transactional_id, metadata)
+    def ids_of(self, partition: int) -> list[TransactionMetadata]:
+        """The ids of one partition (active or not: the caller checks)."""
+        return [m for t, m in self._cache.items() if self.partition_for(t) == partition]
 
     def all_metadata(self) -> Iterator[TransactionMetadata]:
         self.check_active()
@@ -173,60 +199,24 @@ class TransactionStateManager:
                 "(transaction.max.timeout.ms)"
             )
 
-    # -- the two-phase write -------------------------------------------------------------------------
-
-    async def append_transition(self, metadata: TransactionMetadata, transition: TxnTransition) -> None:
-        """Append ``transition`` for ``metadata``'s id, then apply it; on failure drop it and raise.
-
-        A Dead transition appends a tombstone and removes the id from the cache instead.
-        """
-        epoch = self._coordinator_epoch
-        transactional_id = metadata.transactional_id
-        value = None if transition.state is TransactionState.DEAD else _encoded_value(transition)
-        try:
-            await self._writer.append(
-                self.partition_for(transactional_id), encode_key(transactional_id), value
-            )
-        except Exception as exc:
-            metadata.abort_transition(transition)
-            log.info(
-                "transactional id %r: append of %s failed: %s",
-                transactional_id,
-                transition.state.kafka_name,
-                exc,
-            )
-            raise _append_error(exc) from exc
-        if self._status is not CoordinatorStatus.ACTIVE or epoch != self._coordinator_epoch:
-            # Unloaded (or reloaded) while we waited: the new owner has replayed the log; leave it alone.
-            raise NotCoordinator(
-                f"coordinator epoch moved from {epoch} while appending for {transactional_id!r}"
-            )
-        if self._cache.get(transactional_id) is not metadata:
-            raise NotCoordinator(f"transactional id {transactional_id!r} left the cache while appending")
-        if transition.state is TransactionState.DEAD:
-            metadata.complete_transition(transition)
-            del self._cache[transactional_id]
-        else:
-            metadata.complete_transition(transition)
-
     # -- queries -------------------------------------------------------------------------------------
 
-    def timed_out_transactions(self, now_ms: int) -> list[TimedOutTransaction]:
-        """Ongoing transactions older than their timeout and not already being changed."""
+    def timed_out_transactions(self, partition: int, now_ms: int) -> list[TransactionMetadata]:
+        """Ongoing transactions of ``partition`` older than their timeout and not already changing."""
         return [
-            TimedOutTransaction(m.transactional_id, m.producer_id, m.producer_epoch)
-            for m in self.all_metadata()
+            m
+            for m in self.ids_of(partition)
             if not m.pending_transition_in_progress
             and m.state is TransactionState.ONGOING
             and m.txn_start_timestamp + m.txn_timeout_ms < now_ms
         ]
 
-    def expirable_metadata(self, now_ms: int) -> list[TransactionMetadata]:
-        """Idle ids (Empty/Complete*) untouched for ``transactional.id.expiration.ms``."""
+    def expirable_metadata(self, partition: int, now_ms: int) -> list[TransactionMetadata]:
+        """Idle ids (Empty/Complete*) of ``partition`` untouched for ``transactional.id.expiration.ms``."""
         horizon = now_ms - self.config.transactional_id_expiration_ms
         return [
             m
-            for m in self.all_metadata()
+            for m in self.ids_of(partition)
             if not m.pending_transition_in_progress
             and m.state.expiration_allowed
             and m.txn_last_update_timestamp <= horizon

@@ -22,14 +22,14 @@ from typing import Any
 from onceflow.client.arguments import check_duration, check_int, check_str
 from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AsyncClient
 from onceflow.client.connection import BrokerConnectionError
-from onceflow.client.consumer.assignors import assignors_for
-from onceflow.client.consumer.classic_protocol import GroupCoordinator
+from onceflow.client.consumer.classic.assignors import assignors_for
+from onceflow.client.consumer.classic.driver import GroupCoordinator
+from onceflow.client.consumer.classic.membership import GroupMembership
 from onceflow.client.consumer.config import CONSUMER, ConsumerConfig
-from onceflow.client.consumer.consumer_membership import ConsumerMembership
-from onceflow.client.consumer.consumer_protocol import ConsumerGroupCoordinator
 from onceflow.client.consumer.coordinator import GroupCoordinatorBase
 from onceflow.client.consumer.fetcher import Fetcher
-from onceflow.client.consumer.group import GroupMembership
+from onceflow.client.consumer.kip848.driver import ConsumerGroupCoordinator
+from onceflow.client.consumer.kip848.membership import ConsumerMembership
 from onceflow.client.consumer.metadata_watch import partition_counts
 from onceflow.client.consumer.metrics import ConsumerMetrics, timed
 from onceflow.client.consumer.offset_commit import CommitFailed, RebalanceInProgress

@@ -1,6 +1,6 @@
 """What both group protocols' async drivers share (:class:`GroupCoordinatorBase`): finding the
 coordinator, and committing and fetching offsets under the member's identity. The drivers are
-:mod:`.classic_protocol` (JoinGroup/SyncGroup) and :mod:`.consumer_protocol` (KIP-848).
+:mod:`.classic.driver` (JoinGroup/SyncGroup) and :mod:`.kip848.driver` (KIP-848).
 
 Rebalances happen inside the consumer's ``poll`` (as in Kafka's consumers), so rebalance callbacks run
 where the user processes records; heartbeat tasks only notice that a rejoin is needed. Poll is bounded
@@ -18,11 +18,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
-from kafka.protocol.metadata import FindCoordinatorRequest
 
 from onceflow.client.async_client import AsyncClient
 from onceflow.client.connection import BrokerConnectionError, Connection
-from onceflow.client.consumer.assignors import TopicPartition
 from onceflow.client.consumer.config import ConsumerConfig
 from onceflow.client.consumer.offset_commit import (
     CommitErrorAction,
@@ -32,16 +30,17 @@ from onceflow.client.consumer.offset_commit import (
     commit_error_action,
     first_commit_error,
 )
+from onceflow.client.consumer.structs import TopicPartition
+from onceflow.client.find_coordinator import find_coordinator
 from onceflow.protocol.errors import CoordinatorNotAvailable, ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
 OFFSET_COMMIT_MAX_VERSION = 9  # v10 names topics by id
 _OFFSET_FETCH_MAX_VERSION = 7  # v8+ batches groups; v7 has require_stable (KIP-447)
-_GROUP_KEY_TYPE = 0
 _STALE_EPOCH_RETRIES = 3
 
-__all__ = ["CommitFailed", "GroupCoordinatorBase", "capped_version", "find_coordinator"]
+__all__ = ["CommitFailed", "GroupCoordinatorBase", "capped_version"]
 
 
 def capped_version(conn: Connection, request_cls, cap: int) -> int:
@@ -69,36 +68,6 @@ def offset_fetch_topics(
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
     return [topic_type(name=t, partition_indexes=ps) for t, ps in by_topic.items()]
-
-
-async def find_coordinator(
-    client: AsyncClient, key: str, key_type: int = _GROUP_KEY_TYPE
-) -> tuple[int, str, int]:
-    """``(node_id, host, port)`` of the coordinator for a group (key_type 0) or transactional id (1)."""
-    conn = await client.any_connection()
-    version = min(conn.version_for(FindCoordinatorRequest), 6)
-    if version >= 4:
-        request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
-    else:
-        request = FindCoordinatorRequest(key=key, key_type=key_type)
-    response = await conn.send(request, version=version)
-    if version >= 4:
-        entry = response.coordinators[0]
-        code, node, host, port, message = (
-            entry.error_code,
-            entry.node_id,
-            entry.host,
-            entry.port,
-            entry.error_message,
-        )
-    else:
-        code, node, host, port = response.error_code, response.node_id, response.host, response.port
-        message = getattr(response, "error_message", None)
-    if code != ErrorCode.NONE:
-        raise KafkaError(
-            f"FindCoordinator for {key!r}: {ErrorCode(code).name} {message or ''}".strip(), ErrorCode(code)
-        )
-    return node, host, port
 
 
 def remaining(deadline: float) -> float:
@@ -156,7 +125,7 @@ class GroupCoordinatorBase:
         return self._conn
 
     async def _find_and_connect(self) -> Connection:
-        _node, host, port = await find_coordinator(self.client, self.group_id)
+        _node, host, port = await find_coordinator(await self.client.any_connection(), self.group_id)
         return await Connection.open(
             host,
             port,

@@ -19,7 +19,6 @@ from kafka.protocol.consumer import FetchRequest
 
 from onceflow.client.async_client import AsyncClient
 from onceflow.client.connection import BrokerConnectionError, Connection
-from onceflow.client.consumer.assignors import TopicPartition
 from onceflow.client.consumer.config import ConsumerConfig
 from onceflow.client.consumer.metrics import ConsumerMetrics
 from onceflow.client.consumer.position_validation import (
@@ -29,6 +28,7 @@ from onceflow.client.consumer.position_validation import (
     judge,
     needs_validation,
 )
+from onceflow.client.consumer.structs import TopicPartition
 from onceflow.client.consumer.subscription_state import PartitionState, SubscriptionState
 from onceflow.client.fetch_records import READ_COMMITTED, AbortedTransactions
 from onceflow.protocol.errors import ErrorCode, KafkaError, OffsetOutOfRange

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError
 
 
 class CommitFailed(KafkaError):
@@ -62,14 +62,10 @@ class CommitErrorAction(enum.Enum):
     RAISE = "RAISE"  # the broker's error, to the user
 
 
-_FIND_COORDINATOR = frozenset(
-    {
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.REQUEST_TIMED_OUT,
-        ErrorCode.NETWORK_EXCEPTION,  # our transport's code for a connection lost mid-request
-    }
-)
+_FIND_COORDINATOR = COORDINATOR_MOVED | {
+    ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.NETWORK_EXCEPTION,  # our transport's code for a connection lost mid-request
+}
 _RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 _FENCED = frozenset(
     {

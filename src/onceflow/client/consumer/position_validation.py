@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 
-from onceflow.client.consumer.assignors import TopicPartition
+from onceflow.client.consumer.structs import TopicPartition
 from onceflow.client.consumer.subscription_state import PartitionState
 from onceflow.protocol.errors import ErrorCode, KafkaError
 

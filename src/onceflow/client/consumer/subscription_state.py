@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from onceflow.client.consumer.assignors import TopicPartition
+from onceflow.client.consumer.structs import TopicPartition
 from onceflow.protocol.errors import KafkaError
 
 NO_SUBSCRIPTION = "none"

@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError
 
 
 class ProducerError(KafkaError):
@@ -110,9 +110,7 @@ FATAL_CODES = frozenset(
     }
 )
 # Codes that make the coordinator we talk to the wrong one: look it up again and retry.
-COORDINATOR_CODES = frozenset(
-    {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
-)
+COORDINATOR_CODES = COORDINATOR_MOVED | {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 
 
 def fatal_error_for(code: ErrorCode, what: str) -> FatalProducerError:

@@ -14,19 +14,16 @@ import time
 from collections.abc import Callable
 
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.metadata import FindCoordinatorRequest
 
 from onceflow.client.async_client import AsyncClient, finalized_feature_level
 from onceflow.client.connection import BrokerConnectionError, Connection
+from onceflow.client.find_coordinator import find_coordinator
 from onceflow.client.producer.errors import COORDINATOR_CODES, ProducerClosedError
 from onceflow.protocol.errors import ErrorCode, InvalidTopic, KafkaError, TopicAuthorizationFailed
 from onceflow.protocol.transaction_versions import TRANSACTION_VERSION_FEATURE
 
 log = logging.getLogger(__name__)
 
-KEY_TYPE_GROUP = 0
-KEY_TYPE_TRANSACTION = 1
-FIND_COORDINATOR_MAX_VERSION = 3  # v4+ batches keys; one key per call is all we need
 
 # Topic errors of a Metadata answer that waiting does not cure: send() fails with them at once instead
 # of waiting max.block.ms (Kafka's Metadata.maybeThrowExceptionForTopic: invalid and unauthorized
@@ -178,14 +175,9 @@ class ProducerNetwork:
     async def coordinator(self, key_type: int, key: str) -> Connection:
         node = self._coordinators.get((key_type, key))
         if node is None:
-            conn = await self.any_connection()
-            version = min(conn.version_for(FindCoordinatorRequest), FIND_COORDINATOR_MAX_VERSION)
-            response = await conn.send(FindCoordinatorRequest(key=key, key_type=key_type), version=version)
-            code = ErrorCode(response.error_code)
-            if code != ErrorCode.NONE:
-                raise KafkaError(f"FindCoordinator({key!r}): {code.name}", code)
-            node = response.node_id
-            self.brokers[node] = (response.host, response.port)
+            found = await find_coordinator(await self.any_connection(), key, key_type)
+            node = found.node_id
+            self.brokers[node] = (found.host, found.port)
             self._coordinators[(key_type, key)] = node
         return await self.connection(node)
 

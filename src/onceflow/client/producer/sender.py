@@ -54,6 +54,7 @@ from onceflow.client.producer.network import ProducerNetwork
 from onceflow.client.producer.produce_dispatch import ProduceDispatcher
 from onceflow.client.producer.transaction_manager import TransactionManager, TxnEvent, TxnState
 from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.records import MAX_PRODUCER_EPOCH
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,6 @@ _METADATA_ERRORS = frozenset(
         ErrorCode.KAFKA_STORAGE_ERROR,
     }
 )
-_MAX_EPOCH = 32767
 
 
 class PartitionSequences:
@@ -501,7 +501,7 @@ class Sender:
 
     def _bump_epoch(self) -> None:
         """KIP-360 for an idempotent producer: a new epoch, chosen locally."""
-        if self.txn.producer_epoch >= _MAX_EPOCH:
+        if self.txn.producer_epoch >= MAX_PRODUCER_EPOCH:
             raise KafkaError(
                 "producer epoch exhausted; restart the producer", ErrorCode.INVALID_PRODUCER_EPOCH
             )

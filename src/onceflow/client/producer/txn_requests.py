@@ -20,13 +20,14 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
 )
 
+from onceflow.client.find_coordinator import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION
 from onceflow.client.producer.errors import (
     FATAL_CODES,
     GroupRebalancedCommitError,
     TransactionAbortableError,
     fatal_error_for,
 )
-from onceflow.client.producer.network import KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, ProducerNetwork
+from onceflow.client.producer.network import ProducerNetwork
 from onceflow.client.producer.transaction_manager import TransactionManager
 from onceflow.protocol.errors import ErrorCode, KafkaError
 from onceflow.protocol.transaction_versions import (

@@ -1,6 +1,6 @@
 """The async driver of a consumer-protocol group (KIP-848, ``group_protocol="consumer"``).
 
-It sends the heartbeats :class:`~onceflow.client.consumer.consumer_membership.ConsumerMembership`
+It sends the heartbeats :class:`~onceflow.client.consumer.kip848.membership.ConsumerMembership`
 builds, one at a time, and runs its reconciliations inside the consumer's poll (as Kafka's consumer
 does), so ``on_revoke``/``on_assign`` run where the user processes records. The heartbeat task
 answers the coordinator at the interval it asks for, and at once after a reconciliation, whose new
@@ -20,10 +20,10 @@ from collections.abc import Awaitable, Callable
 
 from onceflow.client.async_client import AsyncClient
 from onceflow.client.connection import BrokerConnectionError
+from onceflow.client.consumer.actions import Action
 from onceflow.client.consumer.config import ConsumerConfig
-from onceflow.client.consumer.consumer_membership import ConsumerMembership
 from onceflow.client.consumer.coordinator import GroupCoordinatorBase, capped_version, remaining
-from onceflow.client.consumer.group import Action
+from onceflow.client.consumer.kip848.membership import ConsumerMembership
 from onceflow.client.consumer.structs import TopicPartition
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnsupportedVersion
 from onceflow.protocol.messages import ConsumerGroupHeartbeatRequest

@@ -1,6 +1,6 @@
 """Classic consumer-group membership as a sans-IO state machine (no sockets, no event loop).
 
-The driver (:mod:`.coordinator`) asks this object for requests, sends them, and feeds the responses
+The driver (:mod:`.driver`) asks this object for requests, sends them, and feeds the responses
 back; each ``on_*_response`` returns an :class:`Action` telling the driver what to do next. Every rule
 about member ids, generations and which errors mean "rejoin", "find the coordinator again" or "give
 up" lives here, so it can be tested without a broker.
@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 
-from onceflow.client.consumer.assignors import (
+from onceflow.client.consumer.actions import Action
+from onceflow.client.consumer.classic.assignors import (
     CONSUMER_PROTOCOL_TYPE,
     EAGER,
     Assignment,
@@ -29,7 +30,7 @@ from onceflow.client.consumer.assignors import (
     encode_subscription,
 )
 from onceflow.client.consumer.metadata_watch import MetadataWatch
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
@@ -40,15 +41,6 @@ class MemberState(enum.Enum):
     JOINING = "JOINING"
     SYNCING = "SYNCING"
     STABLE = "STABLE"
-
-
-class Action(enum.Enum):
-    NONE = "NONE"  # carry on
-    REJOIN = "REJOIN"  # send JoinGroup again (at once)
-    REDISCOVER = "REDISCOVER"  # the coordinator moved or is unknown: FindCoordinator, then rejoin
-    RETRY = "RETRY"  # back off, then send the same kind of request again
-    LOST = "LOST"  # our membership is gone: the partitions are lost (not revoked), then rejoin
-    FATAL = "FATAL"  # raise to the user
 
 
 class IllegalMemberTransition(KafkaError):
@@ -71,7 +63,7 @@ TRANSITIONS: dict[tuple[MemberState, str], MemberState] = {
     (MemberState.STABLE, "reset"): MemberState.UNJOINED,
 }
 
-_COORDINATOR_ERRORS = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+_COORDINATOR_ERRORS = COORDINATOR_MOVED
 _FATAL_ERRORS = frozenset(
     {
         ErrorCode.FENCED_INSTANCE_ID,

@@ -1,4 +1,4 @@
-"""Delayed callbacks for the coordinator's timers, injected so the coordinator needs no event loop.
+"""Delayed callbacks for the coordinators' timers, injected so no coordinator needs an event loop.
 
 The coordinator only asks for "call this in N ms" and "what time is it"; :class:`ManualScheduler`
 answers from a fake clock for tests, :class:`AsyncioScheduler` from the running loop in the broker.

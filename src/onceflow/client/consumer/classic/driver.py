@@ -1,6 +1,6 @@
 """The async driver of a classic-protocol group (JoinGroup/SyncGroup, the leader assigns).
 
-It runs the sans-IO :class:`~onceflow.client.consumer.group.GroupMembership`: poll starts a
+It runs the sans-IO :class:`~onceflow.client.consumer.classic.membership.GroupMembership`: poll starts a
 JoinGroup/SyncGroup round in a task of its own (the coordinator may hold JoinGroup for the whole
 rebalance timeout) and returns at its deadline if the round has not ended; a later poll runs the
 round's callbacks. The round applies the answers to the membership as they come, so the member
@@ -15,11 +15,11 @@ import time
 from collections.abc import Awaitable, Callable
 
 from onceflow.client.async_client import AsyncClient
-from onceflow.client.consumer.assignors import TopicPartition
+from onceflow.client.consumer.classic.membership import Action, GroupMembership, MemberState, SyncResult
 from onceflow.client.consumer.config import ConsumerConfig
 from onceflow.client.consumer.coordinator import GroupCoordinatorBase, remaining
-from onceflow.client.consumer.group import Action, GroupMembership, MemberState, SyncResult
 from onceflow.client.consumer.metadata_watch import partition_counts
+from onceflow.client.consumer.structs import TopicPartition
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 With ``group.protocol=consumer`` the coordinator assigns the partitions; a member only heartbeats
 (ConsumerGroupHeartbeat) and moves towards the assignment each answer carries. The driver
-(:mod:`.consumer_protocol`) asks this object for heartbeats, feeds the answers back, and runs the
+(:mod:`.driver`) asks this object for heartbeats, feeds the answers back, and runs the
 reconciliation it computes (revoke, then assign) inside the consumer's poll, where the user's
 callbacks run. Every rule about epochs, what a heartbeat must carry and which errors mean "rejoin",
 "find the coordinator again" or "give up" lives here, testable without a broker.
@@ -30,9 +30,9 @@ import enum
 import uuid
 from dataclasses import dataclass, field
 
-from onceflow.client.consumer.group import Action
+from onceflow.client.consumer.actions import Action
 from onceflow.client.consumer.structs import TopicPartition
-from onceflow.protocol.errors import ErrorCode, KafkaError
+from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError
 from onceflow.protocol.messages import ConsumerGroupHeartbeatRequest
 
 JOIN_EPOCH = 0
@@ -41,9 +41,7 @@ STATIC_LEAVE_EPOCH = -2
 
 _Owned = ConsumerGroupHeartbeatRequest.TopicPartitions
 
-_COORDINATOR_ERRORS = frozenset(
-    {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.NETWORK_EXCEPTION}
-)
+_COORDINATOR_ERRORS = COORDINATOR_MOVED | {ErrorCode.NETWORK_EXCEPTION}
 _FENCED_ERRORS = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
 # Errors that no retry can mend: a wrong config, a missing right, a group of the other protocol.
 _FATAL_ERRORS = frozenset(
