@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from onceflow.broker.txn.coordinator import ProducerIdSource
     from onceflow.broker.txn.markers import MarkerWriter
     from onceflow.server.controller_channel import ControllerChannel
+    from onceflow.server.coordinator_failover import CoordinatorFailover
     from onceflow.server.txn_router import TransactionRouter
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,9 @@ class Broker:
         self.wrap_markers: Callable[[MarkerWriter], MarkerWriter] | None = None
         self.txn_router: TransactionRouter | None = None  # the node's server.txn_router on a cluster
         self.replication: ReplicationService | None = None  # the node's replication on a cluster
+        # A cluster node's coordinators load and unload partitions as this broker leads them (set by
+        # the node); None: they own every partition (one broker).
+        self.coordinator_failover: CoordinatorFailover | None = None
         # A cluster broker's client quotas come from the metadata image (set by the node).
         self.quota_store: QuotaStore | None = None
         self.faults = Faults(config.faults)
@@ -154,13 +158,26 @@ class Broker:
         transaction check."""
         first = self.listeners[0][0]
         host, port = (advertised or self.bound)[first]
-        groups = start_group_coordinator(self.config, self.topics, self.faults)
+        failover = self.coordinator_failover
+        groups = start_group_coordinator(
+            self.config,
+            self.topics,
+            self.faults,
+            owned=None if failover is None else failover.owned(CONSUMER_OFFSETS_TOPIC),
+        )
         # The one producer-id allocator of this broker (InitProducerId; the transaction coordinator
         # must use this same instance, or ids could repeat).
         producer_ids = self._producer_ids or ProducerIdManager(self.config.data_dir)
         transactions = TransactionService(
             self.config, self.topics, groups, self.faults, producer_ids, wrap_markers=self.wrap_markers
         )
+        if failover is not None:
+            failover.attach(CONSUMER_OFFSETS_TOPIC, groups.coordinator)
+            failover.attach(
+                TRANSACTION_STATE_TOPIC,
+                transactions.coordinator,
+                after_load=lambda _partition: transactions.coordinator.retry_incomplete_transactions(),
+            )
         self.services = BrokerServices(
             config=self.config,
             topics=self.topics,
@@ -199,7 +216,12 @@ class Broker:
                 close_idle_connections(lambda: self._connections, self.config.connections_max_idle_ms),
                 name="idle-connections",
             )
-        await transactions.start()  # replays __transaction_state, finishes Prepare* transactions
+        # Replays __transaction_state (on a cluster, the partitions this broker leads), finishes
+        # Prepare* transactions.
+        if failover is None:
+            await transactions.start()
+        else:
+            await transactions.start(failover.owned(TRANSACTION_STATE_TOPIC))
 
     async def serve(self) -> None:
         for server in self._servers.values():
@@ -211,6 +233,8 @@ class Broker:
         """Stop accepting, drop connections, flush and close every log."""
         for server in self._servers.values():
             server.close()
+        if self.coordinator_failover is not None:
+            self.coordinator_failover.detach_all()  # no loads into coordinators that are stopping
         for task in (
             self._housekeeping,
             self._flusher,

@@ -88,6 +88,14 @@ def cluster():
 def up(brokers, data_dir, configs):
     """Start a local cluster of combined nodes in the foreground (Ctrl-C stops them all)."""
     nodes = cluster_layout(data_dir, brokers)
+    if brokers < 3:  # the internal topics' replication factors (3) cannot be met: use every broker
+        factor = str(brokers)
+        configs = (
+            f"offsets.topic.replication.factor={factor}",
+            f"transaction.state.log.replication.factor={factor}",
+            f"transaction.state.log.min.isr={min(brokers, 2)}",
+            *configs,
+        )
     processes: list[tuple[dict, subprocess.Popen, Path]] = []
     stopping = False
 

@@ -93,6 +93,10 @@ class Node:
         self.server = server
         # One node id for both roles (the broker's answers name it too).
         self.config = dataclasses.replace(broker_config, node_id=server.node_id)
+        if server.single_node:
+            # A cluster of one broker keeps its internal topics on it (Kafka's single-broker setting).
+            self.config.offsets_topic_replication_factor = 1
+            self.config.transaction_state_log_replication_factor = 1
         self.node_id = server.node_id
         self.data_dir = Path(self.config.data_dir)
         self._lock: DataDirLock | None = None
@@ -245,11 +249,18 @@ class Node:
             self.broker.quota_store = self.metadata.quota_store()
             self.metadata.on_quotas = self._quotas_changed
             self.broker.wrap_markers = lambda local: ClusterMarkerWriter(
-                local, self.metadata, self.node_id, server.inter_broker_listener_name, self.peers
+                local,
+                self.metadata,
+                self.node_id,
+                server.inter_broker_listener_name,
+                self.peers,
+                self.broker.faults,
             )
             self.broker.txn_router = TransactionRouter(
                 self.metadata, self.node_id, server.inter_broker_listener_name, self.peers
             )
+            # Coordinators serve the internal-topic partitions this broker leads, and follow them.
+            self.broker.coordinator_failover = self.replication.coordinators
         await self.broker.start_services({lst.name: (lst.host, lst.port) for lst in advertised})
         await self.broker.serve()
 

@@ -8,7 +8,9 @@ the node's metadata, logs, peers and controller channel.
 - Fetcher requests go to the leader's endpoint on the inter-broker listener (through the node's peer
   connections), AlterPartition through the controller channel.
 - A leader's high watermark that moves wakes the consumers long-polling the partition (they read
-  below it).
+  below it) and releases the coordinators' answers waiting for their records to be committed.
+- Becoming leader or follower of a ``__consumer_offsets`` or ``__transaction_state`` partition loads
+  or unloads it in its coordinator (``server.coordinator_failover``; coordinator epoch = leader epoch).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from onceflow.broker.replica.manager import ReplicaManager
 from onceflow.broker.replica.service import ReplicationService
 from onceflow.log.offset_checkpoint import high_watermark_path
 from onceflow.protocol.errors import KafkaError
+from onceflow.server.coordinator_failover import CoordinatorFailover
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +39,9 @@ class NodeReplication:
             checkpoint_path=high_watermark_path(node.data_dir),
             request_timeout_ms=30_000,
             on_high_watermark=self._high_watermark_moved,
+            on_leadership=self._leadership_changed,
         )
+        self.coordinators = CoordinatorFailover(self._leaderships)
         self.service = ReplicationService(
             self.manager,
             self._send_to_broker,
@@ -92,6 +97,18 @@ class NodeReplication:
         partition = self._topic_partition(key)
         if partition is not None:
             partition.notify_new_data()
+            partition.advance_high_watermark()
+
+    def _leadership_changed(self, key: tuple[str, int], replica: Any) -> None:
+        self.coordinators.leadership_changed(key[0], key[1], replica.is_leader, replica.leader_epoch)
+
+    def _leaderships(self, topic: str) -> dict[int, int]:
+        """{partition: leader epoch} of the partitions of ``topic`` this broker leads now."""
+        return {
+            index: replica.leader_epoch
+            for (name, index), replica in self.manager.partitions.items()
+            if name == topic and replica.is_leader
+        }
 
     async def _send_to_broker(self, broker_id: int, api_key: int, version: int, request: Any) -> Any:
         broker = self.node.metadata.image.broker(broker_id)
