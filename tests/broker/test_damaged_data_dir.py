@@ -72,3 +72,15 @@ def test_a_missing_partition_dir_is_reported_and_starts_empty(tmp_path, caplog):
 
     asyncio.run(scenario())
     assert any("no directory for partition orders-1" in r.getMessage() for r in caplog.records)
+
+
+def test_the_data_dir_of_another_node_is_refused_naming_its_node(tmp_path):
+    # a cluster node's data dir (meta.properties says node.id=1) opened by a plain `onceflow serve`
+    # (node 0) would join that node's metadata log as a stranger; Kafka refuses it too
+    make_data_dir(tmp_path)
+    meta = tmp_path / "meta.properties"
+    assert "node.id=0" in meta.read_text()
+    meta.write_text(meta.read_text().replace("node.id=0", "node.id=1"))
+    result = CliRunner().invoke(cli, ["serve", "--port", "0", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "belongs to node 1, not to node 0" in result.output and "Traceback" not in result.output

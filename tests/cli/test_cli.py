@@ -2,6 +2,7 @@
 
 import os
 import socket
+import subprocess
 import sys
 import uuid
 
@@ -88,6 +89,46 @@ def test_usage_errors_exit_2_with_a_message(runner, args, message):
     result = runner.invoke(cli, args)
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_a_misspelt_broker_config_is_refused_with_the_nearest_name(runner):
+    result = runner.invoke(cli, ["serve", "--config", "num.partition=3"])
+    assert result.exit_code == 2
+    assert "unknown broker config 'num.partition'; did you mean 'num.partitions'?" in result.output
+    assert "known:" not in result.output  # one line, not every name onceflow knows
+
+
+def test_serve_help_configs_lists_every_setting_with_its_default(runner):
+    result = runner.invoke(cli, ["serve", "--help-configs"])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert "num.partitions=1" in lines and "auto.create.topics.enable=true" in lines
+    assert any(line.startswith("controller.quorum.voters ") for line in lines)
+    assert any(line.startswith("num.network.threads ") and "no effect" in line for line in lines)
+
+
+def test_kafka_settings_that_mean_nothing_here_are_accepted(tmp_path):
+    # the thread counts, socket buffers and internal replication factors of Kafka's sample
+    # config/kraft/server.properties: such a file must run as it is
+    from onceflow.cli.serve import no_effect_settings
+
+    kafka_sample = {
+        "num.network.threads": "3",
+        "num.io.threads": "8",
+        "socket.send.buffer.bytes": "102400",
+        "socket.receive.buffer.bytes": "102400",
+        "num.recovery.threads.per.data.dir": "1",
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "num.partitions": "2",
+    }
+    config = broker_config("127.0.0.1", 0, tmp_path, {}, kafka_sample)
+    assert config.num_partitions == 2
+    assert "num.network.threads" in no_effect_settings(kafka_sample)
+    assert "num.partitions" not in no_effect_settings(kafka_sample)
 
 
 def test_broker_config_uses_kafka_names(tmp_path):
@@ -311,3 +352,21 @@ def test_pipeline_run_hands_source_and_sink_options_to_the_pipeline(runner, monk
     assert seen["config"].source_options == {"failOnDataLoss": "false"}
     assert seen["config"].sink_options == {"kafka.linger.ms": "20"}
     assert seen["stopped"] and "1 batches, 3 rows" in result.output
+
+
+def test_a_table_piped_to_a_file_is_not_cut_to_80_columns():
+    # `onceflow metadata-quorum describe --replication | grep ...` used to read "LastFetchTim…"
+    script = (
+        "from rich.table import Table\n"
+        "from onceflow.cli.common import out\n"
+        "table = Table()\n"
+        "for i in range(5):\n"
+        "    table.add_column(f'LastCaughtUpTimestamp{i}')\n"
+        "table.add_row(*[f'{i} ms ago' for i in range(5)])\n"
+        "out.print(table)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    printed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60, check=True
+    ).stdout
+    assert all(f"LastCaughtUpTimestamp{i}" in printed for i in range(5)), printed

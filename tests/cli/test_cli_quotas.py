@@ -64,6 +64,14 @@ def test_set_then_describe_client_and_user_quotas(broker):
             "cannot be a fractional value",
         ),
         (["set", "--client", "app", "--add-config", "bogus=1"], "Invalid configuration key bogus"),
+        (
+            ["set", "--client", "app", "--add-config", "producer_bytes_rate=1"],
+            "unknown quota 'producer_bytes_rate'; did you mean 'producer_byte_rate'?",
+        ),
+        (
+            ["set", "--client", "app", "--delete-config", "consumer_byterate"],
+            "did you mean 'consumer_byte_rate'?",
+        ),
         (["set", "--client", "app", "--add-config", "producer_byte_rate"], "is not KEY=NUMBER"),
         (["set", "--add-config", "producer_byte_rate=1"], "name the entity"),
         (["set", "--client", "a", "--client-defaults", "--add-config", "x=1"], "not both"),

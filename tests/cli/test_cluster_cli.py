@@ -90,3 +90,19 @@ def test_cluster_status_and_replication_factor_of_a_single_node(broker, make_top
     assert created.returncode == 0, created.stderr
     described = onceflow("topics", "describe", name, "--bootstrap-server", broker.bootstrap)
     assert described.returncode == 0 and "isr" in described.stdout
+
+
+def test_cluster_up_does_not_take_an_earlier_runs_ready_line_for_this_one(tmp_path):
+    # the node logs are kept across runs; a node that fails at once must not pass for ready because
+    # its log still says "listening" from the last run
+    data_dir = tmp_path / "c"
+    onceflow("cluster", "up", "--brokers", "1", "--data-dir", str(data_dir), "--config", "num.partitions=x")
+    (data_dir / "node-1.log").write_text(
+        "... INFO onceflow.broker.server: onceflow broker listening on 127.0.0.1:1\n"
+    )
+    started = onceflow(
+        "cluster", "up", "--brokers", "1", "--data-dir", str(data_dir), "--config", "num.partitions=x"
+    )
+    assert started.returncode == 1
+    assert "nodes up" not in started.stdout and "node 1 exited with 2" in started.stderr
+    assert "num.partitions must be an integer" in started.stderr

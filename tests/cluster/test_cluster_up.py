@@ -1,5 +1,6 @@
 """``onceflow cluster up --brokers 3``: a local cluster in the foreground that prints its bootstrap
-list, answers ``cluster status`` with three alive brokers, and stops every node on Ctrl-C."""
+list, answers ``cluster status`` with three alive brokers, keeps running when one node is killed
+(saying how to restart it), and stops every node on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_cluster_up_prints_the_bootstrap_list_and_ctrl_c_stops_every_node(tmp_path):
+def test_cluster_up_prints_the_bootstrap_list_survives_a_dead_node_and_ctrl_c_stops_the_rest(tmp_path):
     data_dir = tmp_path / "c"
     proc = subprocess.Popen(
         [sys.executable, "-m", "onceflow", "cluster", "up", "--brokers", "3", "--data-dir", str(data_dir)],
@@ -78,6 +79,18 @@ def test_cluster_up_prints_the_bootstrap_list_and_ctrl_c_stops_every_node(tmp_pa
         assert status.stdout.count("alive") == 3 and "(controller)" in status.stdout
         for node_id in (1, 2, 3):
             assert (data_dir / f"node-{node_id}.log").exists()
+        # kill -9 one node: the others, and `cluster up`, keep running, and it says how to restart it
+        os.kill(pids[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        exited_line = ""
+        while time.monotonic() < deadline and "exited" not in exited_line:
+            exited_line = proc.stdout.readline()
+            if not exited_line and proc.poll() is not None:
+                break
+        assert "exited with -9" in exited_line and "To restart it:" in exited_line, exited_line
+        time.sleep(1)
+        assert proc.poll() is None, "cluster up stopped when one node died"
+        assert all(_alive(pid) for pid in pids[1:]), "a surviving node was stopped"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0 or proc.returncode in (0, 1, -signal.SIGINT)
         deadline = time.monotonic() + 30

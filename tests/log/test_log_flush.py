@@ -88,3 +88,32 @@ def test_flush_ms_fsyncs_what_waited_that_long_at_the_next_check(tmp_path, fsync
     now[0] += 5000
     assert not log.flush_if_due()  # nothing new since
     log.close()
+
+
+def test_a_flush_without_indexes_fsyncs_the_records_alone(tmp_path, fsyncs):
+    index = tmp_path / "t-0" / "00000000000000000000.index"
+    log = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=1))
+    log.flush()
+    saved = index.read_bytes()
+    produce(log, make_batch(3))
+    fsyncs.clear()
+    log.flush(indexes=False)  # the Raft metadata log's flush after each write
+    assert fsyncs == [str(tmp_path / "t-0" / "00000000000000000000.log")]
+    assert index.read_bytes() == saved
+    log.close()
+    assert index.read_bytes() != saved
+
+
+def test_close_writes_the_indexes_a_flush_without_them_left_behind(tmp_path, caplog):
+    directory = tmp_path / "t-0"
+    log = Log.open(directory, LogConfig(index_interval_bytes=1))
+    produce(log, make_batch(3))
+    log.flush()
+    produce(log, make_batch(2))
+    log.flush(indexes=False)
+    log.close()  # nothing unflushed, but the saved indexes end at the first batch
+    with caplog.at_level("INFO", logger="onceflow.log.segment"):
+        reopened = Log.open(directory, LogConfig(index_interval_bytes=1))
+    assert not [r for r in caplog.records if "rebuilding" in r.getMessage()]  # trusted as saved
+    assert reopened.log_end_offset == 5
+    reopened.close()

@@ -88,6 +88,14 @@ def test_broker_only_and_controller_only_nodes():
     assert controller.is_controller and not controller.is_broker and controller.broker_listeners() == ()
 
 
+def test_a_controller_listener_in_advertised_listeners_is_accepted_and_never_told_to_clients():
+    # Kafka's own config/kraft/server.properties advertises CONTROLLER://localhost:9093
+    config = server_config(
+        combined(1, **{"advertised.listeners": "PLAINTEXT://localhost:19092,CONTROLLER://localhost:19093"})
+    )
+    assert [str(lst) for lst in config.advertised_listeners] == ["PLAINTEXT://localhost:19092"]
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -126,7 +134,6 @@ def test_broker_only_and_controller_only_nodes():
         ({"listener.security.protocol.map": "PLAINTEXT:SSL"}, "PLAINTEXT listeners only"),
         ({"listener.security.protocol.map": "PLAINTEXT:TLS"}, "TLS is not a security protocol"),
         ({"advertised.listeners": "PLAINTEXT://0.0.0.0:19092"}, "must name a host clients can reach"),
-        ({"advertised.listeners": "CONTROLLER://127.0.0.1:19093"}, "cannot have the controller listener"),
         ({"node.id": "x"}, "node.id must be an integer"),
         ({"broker.heartbeat.interval.ms": "10000"}, "must be below broker.session.timeout.ms"),
     ],

@@ -16,7 +16,12 @@ import asyncio
 import socket
 import time
 
-from kafka.protocol.admin import AlterClientQuotasRequest, CreateTopicsRequest, DescribeQuorumRequest
+from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    CreateTopicsRequest,
+    DescribeLogDirsRequest,
+    DescribeQuorumRequest,
+)
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 from tests.broker.raw_client import build_batch
@@ -118,6 +123,12 @@ async def _check_cluster(nodes: dict[int, Node]) -> None:
         mine = {p for p, leader in leaders.items() if leader == node_id}
         on_disk = {int(d.name.rsplit("-", 1)[1]) for d in node.data_dir.glob("spread-*")}
         assert on_disk == mine, f"broker {node_id} holds {on_disk}, leads {mine}"
+        # DescribeLogDirs (the console's sizes, kafka-log-dirs) lists the partitions this broker holds
+        dirs = await _request(node.port, DescribeLogDirsRequest(topics=None), 4)
+        listed = {
+            p.partition_index for t in dirs.results[0].topics if t.name == "spread" for p in t.partitions
+        }
+        assert listed == mine, f"broker {node_id} described {listed}, holds {mine}"
 
     # the wrong broker answers NOT_LEADER_OR_FOLLOWER
     partition, leader = next((p, n) for p, n in leaders.items() if n != 1)

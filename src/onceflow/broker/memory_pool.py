@@ -66,12 +66,23 @@ class MemoryPool:
 
     def try_allocate(self, size: int) -> bool:
         """Take ``size`` bytes if the pool has room (see the module doc); False leaves it unchanged.
-        Refused while others wait for the same kind of room, so that they are served first."""
-        waiters = self._small_waiters if size <= SMALL_REQUEST_BYTES else self._large_waiters
-        if waiters or not self._fits(size):
+        Refused while others wait for the same kind of room, so that they are served first.
+
+        Every request read passes here: ``_fits`` and ``take`` are written out inline (one call per
+        request instead of five)."""
+        capacity = self.capacity
+        if size <= SMALL_REQUEST_BYTES:
+            refused = self._small_waiters or 0 <= capacity <= self.used
+        else:
+            refused = self._large_waiters or (
+                capacity >= 0 and self.used >= capacity - capacity // SMALL_REQUEST_RESERVE_DIVISOR
+            )
+        if refused:
             self.refusals += 1
             return False
-        self.take(size)
+        used = self.used = self.used + size
+        if used > self.peak:
+            self.peak = used
         return True
 
     def take(self, size: int) -> None:

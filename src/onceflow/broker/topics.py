@@ -311,6 +311,14 @@ class TopicManager:
             if not props.get("cluster.id"):
                 # Kafka refuses such a log dir too: a new id would make clients see another cluster.
                 raise DataDirDamaged(f"{path} has no cluster.id: the data dir's identity is damaged")
+            stored = props.get("node.id", "").strip()
+            if stored and stored != str(self.node_id):
+                # As Kafka: another node's data dir (a cluster node's, opened by a plain `serve`) would
+                # append to that node's metadata log as a stranger, and serve its partitions as its own.
+                raise DataDirUnusable(
+                    f"{path} belongs to node {stored}, not to node {self.node_id}: start that node "
+                    f"(node.id={stored} and its other settings) or use another data dir"
+                )
             return props["cluster.id"]
         cluster_id = cluster_id or _new_cluster_id()
         write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")

@@ -4,7 +4,8 @@
 all voters) as ``onceflow serve`` processes on loopback, each with its data under ``DIR/node-<id>``
 and its output in ``DIR/node-<id>.log``; the ports are chosen once and kept in ``DIR/cluster.json``,
 so the same cluster comes back on the next ``up``. It prints the bootstrap list, and Ctrl-C stops
-every node (controlled shutdown first).
+every node (controlled shutdown first). A node that dies on its own leaves the others running (so a
+failover can be watched), and its restart command is printed.
 
 ``cluster status`` shows the brokers (fenced or not), the active controller, how many partition
 leaderships each broker holds, and each partition's ISR and its followers' lag (how many offsets
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -28,6 +30,7 @@ from onceflow.cli.common import bootstrap_option, friendly_errors, out
 
 CLUSTER_FILE = "cluster.json"
 READY_LINE = "onceflow broker listening on"
+START_MARKER = "==== cluster up starts this node:"
 START_TIMEOUT_S = 60.0
 
 
@@ -108,6 +111,10 @@ def up(brokers, data_dir, configs):
         for node in nodes:
             log_path = data_dir / f"node-{node['id']}.log"
             log_file = open(log_path, "ab")  # noqa: SIM115 - the child writes it; closed when it exits
+            # The log is kept across runs: readiness is read after this run's marker only, so that an
+            # earlier run's "listening" line never passes for this one's.
+            log_file.write(f"{START_MARKER} {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
+            log_file.flush()
             proc = subprocess.Popen(
                 node_command(node, nodes, data_dir, configs),
                 stdin=subprocess.DEVNULL,
@@ -122,12 +129,23 @@ def up(brokers, data_dir, configs):
         out.print(f"cluster of {len(nodes)} nodes up; bootstrap servers: {bootstrap}")
         out.print(f"logs: {data_dir}/node-<id>.log; Ctrl-C stops every node")
         sys.stdout.flush()
-        while not stopping:
-            for node, proc, log_path in processes:
+        running = list(processes)
+        while not stopping and running:
+            for entry in list(running):
+                node, proc, log_path = entry
                 if proc.poll() is not None:
-                    out.print(f"node {node['id']} exited with {proc.returncode} (see {log_path})")
-                    stopping = True
+                    # A node that dies (a kill -9 to see a failover) leaves the others running: that
+                    # is what a user of a cluster wants to watch. The line says how to bring it back.
+                    running.remove(entry)
+                    command = shlex.join(node_command(node, nodes, data_dir, configs))
+                    out.print(
+                        f"node {node['id']} exited with {proc.returncode} (see {log_path}); "
+                        f"the others keep running. To restart it: {command}"
+                    )
+                    sys.stdout.flush()
             time.sleep(0.2)
+        if not running:
+            raise click.ClickException("every node has exited")
     except KeyboardInterrupt:
         pass
     finally:
@@ -141,7 +159,7 @@ def _wait_ready(processes) -> None:
         for entry in list(waiting):
             node, proc, log_path = entry
             text = log_path.read_text(errors="replace") if log_path.exists() else ""
-            if READY_LINE in text.split("==== start", 1)[-1]:
+            if READY_LINE in text.rsplit(START_MARKER, 1)[-1]:
                 waiting.remove(entry)
             elif proc.poll() is not None:
                 tail = "\n".join(text.splitlines()[-5:])

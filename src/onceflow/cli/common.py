@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import sys
 from collections.abc import Iterator
 
 import click
@@ -12,6 +14,7 @@ import click
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+PIPED_WIDTH = 200  # columns of a table written to a pipe or a file
 
 
 def __getattr__(name: str):
@@ -20,7 +23,11 @@ def __getattr__(name: str):
     if name in ("out", "err"):
         from rich.console import Console
 
-        console = Console(stderr=name == "err", highlight=False, soft_wrap=True)
+        # Piped into grep or a file, rich would fit tables to 80 columns and cut their cells ("LastFetchTim…");
+        # a terminal's own width is used as it is, and COLUMNS still wins.
+        stream = sys.stderr if name == "err" else sys.stdout
+        wide = None if stream.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH
+        console = Console(stderr=name == "err", highlight=False, soft_wrap=True, width=wide)
         globals()[name] = console
         return console
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,6 +36,22 @@ def _entity(client: str | None, client_defaults: bool, user: str | None, user_de
     return entity
 
 
+# Kafka's quota keys of client and user entities (KIP-13, KIP-124, KIP-599).
+QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate")
+
+
+def _check_key(key: str) -> None:
+    """A key that looks like a typo of a quota key is refused here, naming the key meant; any other
+    unknown key is left to the broker (which refuses it with INVALID_REQUEST)."""
+    import difflib
+
+    close = difflib.get_close_matches(key, QUOTA_KEYS, n=1, cutoff=0.8)
+    if key not in QUOTA_KEYS and close:
+        raise click.BadParameter(
+            f"unknown quota {key!r}; did you mean {close[0]!r}?", param_hint="--add-config"
+        )
+
+
 def _parse_add_config(text: str | None) -> dict[str, float]:
     values = {}
     for pair in (text or "").split(","):
@@ -89,6 +105,8 @@ def set_(client, client_defaults, user, user_defaults, add_config, delete_config
         raise click.UsageError("name the entity: --client, --client-defaults, --user or --user-defaults")
     values = _parse_add_config(add_config)
     delete = [k.strip() for k in (delete_config or "").split(",") if k.strip()]
+    for key in [*values, *delete]:
+        _check_key(key)
     if not values and not delete:
         raise click.UsageError("nothing to do: give --add-config and/or --delete-config")
     from onceflow.client.admin import AsyncAdminClient

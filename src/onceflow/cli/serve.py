@@ -29,12 +29,9 @@ def broker_config(host: str, port: int, data_dir: Path, faults: dict[str, str], 
     for name, raw in _in_milliseconds(overrides).items():
         field_name = name.replace(".", "_").replace("-", "_")
         if field_name not in fields or field_name in ("faults", "data_dir", "host", "port"):
-            settable = sorted(
-                n.replace("_", ".") for n in fields if n not in ("faults", "data_dir", "host", "port")
-            )
-            raise click.BadParameter(
-                f"unknown broker config {name!r}; known: {', '.join(settable)}", param_hint="--config"
-            )
+            if name in NO_EFFECT:
+                continue
+            raise click.BadParameter(_unknown_config(name, fields), param_hint="--config")
         default = getattr(BrokerConfig(), field_name)
         kwargs[field_name] = _convert(raw, type(default), name)
     try:
@@ -47,6 +44,52 @@ def broker_config(host: str, port: int, data_dir: Path, faults: dict[str, str], 
         return BrokerConfig(**kwargs)
     except ValueError as exc:  # a value out of range, e.g. transaction.version=3
         raise click.BadParameter(str(exc), param_hint="--config")
+
+
+# Kafka broker settings that a Kafka server.properties (Kafka's own sample files among them) sets and
+# that mean nothing to onceflow: accepted, so such a file runs as it is, and named once in the log.
+NO_EFFECT = {
+    "num.network.threads": "one event loop serves every connection",
+    "num.io.threads": "one event loop serves every request",
+    "num.recovery.threads.per.data.dir": "logs are recovered one by one",
+    "num.replica.fetchers": "partitions are not replicated yet",
+    "background.threads": "one event loop",
+    "socket.send.buffer.bytes": "the kernel's socket buffer sizes are used",
+    "socket.receive.buffer.bytes": "the kernel's socket buffer sizes are used",
+    "offsets.topic.replication.factor": "internal topics have one replica until partitions are replicated",
+    "transaction.state.log.replication.factor": "internal topics have one replica until partitions are replicated",
+    "transaction.state.log.min.isr": "internal topics have one replica until partitions are replicated",
+    "share.coordinator.state.topic.replication.factor": "no share groups",
+    "share.coordinator.state.topic.min.isr": "no share groups",
+    "log.flush.offset.checkpoint.interval.ms": "offsets are checkpointed on their own schedule",
+}
+
+
+def no_effect_settings(overrides: dict[str, str]) -> list[str]:
+    """The settings of ``overrides`` that are accepted with no effect (see :data:`NO_EFFECT`)."""
+    from onceflow.broker.config import BrokerConfig
+
+    fields = {f.name for f in dataclasses.fields(BrokerConfig)}
+    return sorted(n for n in overrides if n in NO_EFFECT and n.replace(".", "_") not in fields)
+
+
+def _unknown_config(name: str, fields) -> str:
+    """One line for a setting onceflow does not know: the nearest known name when one is close (a
+    typo), else where the known ones are listed."""
+    import difflib
+
+    from onceflow.server.config import SERVER_KEYS
+
+    known = {n.replace("_", ".") for n in fields if n not in ("faults", "data_dir", "host", "port")}
+    known |= set(SERVER_KEYS) | set(NO_EFFECT) | {"log.dirs", "log.dir"}
+    known |= {coarse for synonyms in _TIME_SYNONYMS.values() for coarse, _unit in synonyms}
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+    if close:
+        return f"unknown broker config {name!r}; did you mean {close[0]!r}?"
+    return (
+        f"unknown broker config {name!r}: not a Kafka broker setting onceflow knows "
+        f"({len(known)} are; `onceflow serve --help-configs` lists them)"
+    )
 
 
 # Kafka's coarser names for two broker times, in the order Kafka prefers them (ms, minutes, hours).
@@ -71,6 +114,30 @@ def _in_milliseconds(overrides: dict[str, str]) -> dict[str, str]:
                 raise click.BadParameter(f"{name} must be an integer, not {raw!r}", param_hint="--config")
             result[ms_name] = str(value * unit_ms if value >= 0 else -1)
     return result
+
+
+def _print_configs(ctx: click.Context) -> None:
+    """``serve --help-configs``: every setting by its Kafka name, with its default."""
+    from onceflow.broker.config import BrokerConfig
+    from onceflow.server.config import SERVER_KEYS
+
+    defaults = BrokerConfig()
+    names = {
+        f.name.replace("_", "."): getattr(defaults, f.name)
+        for f in dataclasses.fields(BrokerConfig)
+        if f.name not in ("faults", "data_dir", "host", "port")
+    }
+    lines = [
+        f"{name}={str(value).lower() if isinstance(value, bool) else value}" for name, value in names.items()
+    ]
+    lines += [f"{name}  (a node's setting: docs/cluster.md)" for name in SERVER_KEYS if name not in names]
+    lines += ["controller.quorum.*  (the Raft quorum's timers: docs/cluster.md)", "log.dirs  (one directory)"]
+    lines += [
+        f"{coarse}  (sets {ms})" for ms, synonyms in _TIME_SYNONYMS.items() for coarse, _unit in synonyms
+    ]
+    lines += [f"{name}  (accepted, no effect: {why})" for name, why in NO_EFFECT.items()]
+    click.echo("\n".join(sorted(lines)))
+    ctx.exit(0)
 
 
 def dev_overrides(overrides: dict[str, str]) -> dict[str, str]:
@@ -120,6 +187,14 @@ def _convert(raw: str, kind: type, name: str):
     "is formed at once instead of waiting Kafka's 3 s for more members.",
 )
 @click.option("--verbose", is_flag=True, help="Debug logging.")
+@click.option(
+    "--help-configs",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=lambda ctx, _param, value: _print_configs(ctx) if value else None,
+    help="List every setting --config takes, with its default, and exit.",
+)
 def serve(host, port, data_dir, faults, configs, config_file, dev, verbose):
     """Run a node in the foreground (Ctrl-C stops it cleanly): a single broker by default, or a
     broker and/or controller of a cluster (process.roles, node.id, controller.quorum.voters, listeners)."""
@@ -159,6 +234,11 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, verbose):
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT, stream=sys.stderr
     )
+    ignored = no_effect_settings(overrides)
+    if ignored:
+        logging.getLogger("onceflow.cli.serve").info(
+            "accepted with no effect on onceflow: %s", ", ".join(f"{n} ({NO_EFFECT[n]})" for n in ignored)
+        )
     from onceflow.broker.data_dir_lock import DataDirError
     from onceflow.server.broker_lifecycle import RegistrationRefused
     from onceflow.server.node import run

@@ -133,6 +133,9 @@ class Log:
         # was never written costs no fsync but the marker's (stopping 3,000 idle partitions took 9 s).
         self._unflushed: set[LogSegment] = set() if clean else set(segments[-1:])
         self._directory_changed = not clean
+        # A flush(indexes=False) left the active segment's saved indexes behind its data: the next
+        # flush with indexes (close's) writes them, so that a clean restart can trust them.
+        self._active_indexes_behind = False
         # For flush.messages / flush.ms: records appended since the last fsync, and when that was.
         self._records_since_flush = 0
         self._last_flush_ms = clock_ms()
@@ -737,19 +740,29 @@ class Log:
 
     # --- durability and lifecycle ---
 
-    def flush(self) -> None:
+    def flush(self, *, indexes: bool = True) -> None:
         """fsync every segment written since the last flush, with its indexes, and the directory (when
-        anything was written or files came or went)."""
+        anything was written or files came or went). ``indexes=False`` leaves the offset and time
+        indexes to the roll or close that seals them (see ``LogSegment.flush``): the data is as durable,
+        with one fsync instead of four, and the directory is fsynced only when files came or went."""
+        active = self._segments[-1]
+        if indexes and self._active_indexes_behind:
+            self._unflushed.add(active)
         if not self._unflushed and not self._directory_changed:
             return
         for segment in list(self._unflushed):
-            segment.flush()
+            segment.flush(indexes=indexes)
             self._txn_indexes[segment.base_offset].flush()
+        self._active_indexes_behind = not indexes and (
+            self._active_indexes_behind or active in self._unflushed
+        )
+        directory_changed = self._directory_changed
         self._unflushed = set()
         self._directory_changed = False
         self._records_since_flush = 0
         self._last_flush_ms = self._clock_ms()
-        fsync_directory(self.directory)
+        if indexes or directory_changed:  # index files are replaced through a rename
+            fsync_directory(self.directory)
 
     def close(self) -> None:
         """Flush, leave the clean-shutdown marker and close the files. Idempotent."""

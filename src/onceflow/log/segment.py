@@ -235,9 +235,13 @@ class LogSegment:
         self.time_index.write(self.time_index_path, fsync=fsync)
         self.offset_index.write(self.index_path, fsync=fsync)
 
-    def flush(self) -> None:
+    def flush(self, *, indexes: bool = True) -> None:
+        """fsync the data, and with ``indexes`` write the indexes too (fsynced). Without them the saved
+        indexes may lag the data: a clean shutdown writes them (``Log.close`` flushes with them), and
+        after a crash the active segment is rescanned anyway and a stale sealed index fails its check."""
         os.fsync(self._fd)
-        self.write_indexes(fsync=True)
+        if indexes:
+            self.write_indexes(fsync=True)
 
     def truncate_to(self, offset: int) -> None:
         """Remove the batch holding ``offset`` and everything after it (Kafka cuts at batch starts)."""

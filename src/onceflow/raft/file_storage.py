@@ -204,7 +204,12 @@ class FileStorage(RaftStorage):
             self._log.append(encoded, origin=AppendOrigin.REPLICATION)
 
     def flush(self) -> None:
-        self._log.flush()
+        # The leader flushes every write before it counts it (a NoOpRecord every
+        # metadata.max.idle.interval.ms, 500 ms by default): the records only, whose fsync is what the
+        # quorum needs. Rewriting both index files on each flush cost ~4x the CPU (and the wall time,
+        # which every metadata commit waits for); they are written when the segment rolls or the log
+        # closes, and rebuilt from the data after a crash.
+        self._log.flush(indexes=False)
 
     def read(self, offset: int, max_bytes: int, end_offset: int | None = None) -> list[Batch]:
         try:

@@ -199,7 +199,13 @@ class RaftServer:
             self._server = await asyncio.start_server(self._serve, host, port)
             self.port = self._server.sockets[0].getsockname()[1]
         self._loop_task = asyncio.get_running_loop().create_task(self._run())
-        log.info("raft node %d serving on %s (voters %s)", self.node_id, self.listen, sorted(self.voters))
+        # without a listener of its own, the node's controller listener hands it the quorum's requests
+        where = (
+            f"on {self.listen[0]}:{self.port}"
+            if self._server is not None
+            else "behind the controller listener"
+        )
+        log.info("raft node %d serving %s (voters %s)", self.node_id, where, sorted(self.voters))
 
     async def stop(self, *, resign_timeout_ms: int | None = None) -> None:
         """Stop serving. A leader first resigns and waits (up to ``resign_timeout_ms``, by default

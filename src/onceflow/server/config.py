@@ -271,10 +271,10 @@ def server_config(
             f"process.roles must be broker, controller or broker,controller, not {roles_text!r}"
         )
     if "node.id" not in properties:
-        raise ConfigError("node.id must be set when process.roles is")
+        raise ConfigError("node.id must be set when process.roles is set")
     node_id = _int(properties, "node.id", -1)
     if "controller.quorum.voters" not in properties:
-        raise ConfigError("controller.quorum.voters must be set when process.roles is")
+        raise ConfigError("controller.quorum.voters must be set when process.roles is set")
     voters = parse_voters(properties["controller.quorum.voters"])
     if ROLE_CONTROLLER in roles and node_id not in voters:
         raise ConfigError(
@@ -291,7 +291,7 @@ def server_config(
     if not controller_names:
         raise ConfigError("controller.listener.names must name the listener controllers are reached on")
     if "listeners" not in properties:
-        raise ConfigError("listeners must be set when process.roles is (e.g. PLAINTEXT://127.0.0.1:9092)")
+        raise ConfigError("listeners must be set when process.roles is set (e.g. PLAINTEXT://127.0.0.1:9092)")
     listeners = _with_protocols(
         parse_listeners(properties["listeners"], "listeners"), protocols, controller_names
     )
@@ -388,10 +388,10 @@ def _advertised(
     if "advertised.listeners" in properties:
         for listener in parse_listeners(properties["advertised.listeners"], "advertised.listeners"):
             if listener.name in controller_names:
-                raise ConfigError(
-                    f"advertised.listeners cannot have the controller listener {listener.name} "
-                    "(controllers are reached through controller.quorum.voters)"
-                )
+                # As in Kafka (whose sample server.properties advertises CONTROLLER://...): a
+                # controller listener there is not a broker's, and is never told to clients.
+                # Controllers are reached through controller.quorum.voters.
+                continue
             if listener.name not in {lst.name for lst in broker_listeners}:
                 raise ConfigError(
                     f"advertised.listeners has {listener.name}, which is not one of the listeners"

@@ -3,7 +3,7 @@ partition's log, as kafka-python's ``describe_log_dirs``, Kafka's ``kafka-log-di
 monitoring tools ask.
 
 As Kafka: a null topic list means every topic (internal ones included); partitions the broker does not
-have are left out rather than refused. Per partition: the bytes of its segments, an offset lag of 0
+have a log of (on a cluster: those other brokers hold) are left out rather than refused. Per partition: the bytes of its segments, an offset lag of 0
 (one replica: the log end is the high watermark) and never a future log (no AlterReplicaLogDirs).
 From v4 the volume's total and usable bytes (Kafka's ``getTotalSpace`` / ``getUsableSpace``).
 """
@@ -29,13 +29,18 @@ _PartitionResult = _TopicResult.DescribeLogDirsPartition
 def _wanted(ctx: RequestContext, request: DescribeLogDirsRequest) -> dict[str, list[int]]:
     """Topic -> partition indexes to describe, only those that exist, in request order."""
     if request.topics is None:
-        return {t.name: list(range(len(t.partitions))) for t in ctx.topics}
-    wanted: dict[str, list[int]] = {}
+        wanted = {t.name: [p.index for p in t.partitions if p.log is not None] for t in ctx.topics}
+        return {name: indexes for name, indexes in wanted.items() if indexes}
+    wanted = {}
     for t in request.topics:
         topic = ctx.topics.get(t.topic)
         if topic is not None:
             indexes = wanted.setdefault(t.topic, [])
-            indexes.extend(p for p in t.partitions if 0 <= p < len(topic.partitions) and p not in indexes)
+            indexes.extend(
+                p
+                for p in t.partitions
+                if 0 <= p < len(topic.partitions) and topic.partitions[p].log is not None and p not in indexes
+            )
     return {name: indexes for name, indexes in wanted.items() if indexes}
 
 
@@ -46,7 +51,7 @@ async def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> Descri
             partitions=[
                 _PartitionResult(
                     partition_index=index,
-                    partition_size=ctx.topics.get_partition(name, index).log.size_in_bytes,
+                    partition_size=ctx.topics.get(name).partitions[index].log.size_in_bytes,
                     offset_lag=0,
                     is_future_key=False,
                 )
