@@ -26,9 +26,13 @@ KAFKA_NAMES: dict[str, str] = {}
 
 # What a reader must know about an API beyond its versions, in a few words.
 NOTES = {
-    "CreateAcls": "answered SECURITY_DISABLED (no authorizer)",
-    "DeleteAcls": "answered SECURITY_DISABLED (no authorizer)",
-    "DescribeAcls": "answered SECURITY_DISABLED (no authorizer)",
+    "CreateAcls": "Kafka's StandardAuthorizer (`onceflow acls add`); SECURITY_DISABLED without one",
+    "DeleteAcls": "`onceflow acls remove`; SECURITY_DISABLED without an authorizer",
+    "DescribeAcls": "`onceflow acls list`; SECURITY_DISABLED without an authorizer",
+    "SaslHandshake": "KIP-152: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+    "SaslAuthenticate": "KIP-152, KIP-368 re-authentication",
+    "DescribeUserScramCredentials": "KIP-554 (`onceflow users scram list`)",
+    "AlterUserScramCredentials": "KIP-554 (`onceflow users scram set`)",
     "ConsumerGroupHeartbeat": "KIP-848 groups (`group.protocol=consumer`)",
     "ConsumerGroupDescribe": "KIP-848 groups",
     "DescribeClientQuotas": "KIP-546 (`onceflow quotas describe`)",

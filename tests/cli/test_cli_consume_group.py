@@ -205,7 +205,7 @@ class FakeConsumer:
 
 
 class FakeSimpleClient:
-    def __init__(self, bootstrap):
+    def __init__(self, bootstrap, security=None):
         pass
 
     def __enter__(self):

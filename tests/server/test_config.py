@@ -131,7 +131,11 @@ def test_a_controller_listener_in_advertised_listeners_is_accepted_and_never_tol
         ({"controller.listener.names": ""}, "controller.listener.names must name"),
         ({"inter.broker.listener.name": "CONTROLLER"}, "cannot be a controller listener"),
         ({"inter.broker.listener.name": "OTHER"}, "is not one of the broker listeners"),
-        ({"listener.security.protocol.map": "PLAINTEXT:SSL"}, "PLAINTEXT listeners only"),
+        ({"listener.security.protocol.map": "PLAINTEXT:SSL"}, "brokers reach each other over PLAINTEXT only"),
+        (
+            {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL"},
+            "controllers serve PLAINTEXT only",
+        ),
         ({"listener.security.protocol.map": "PLAINTEXT:TLS"}, "TLS is not a security protocol"),
         ({"advertised.listeners": "PLAINTEXT://0.0.0.0:19092"}, "must name a host clients can reach"),
         ({"node.id": "x"}, "node.id must be an integer"),

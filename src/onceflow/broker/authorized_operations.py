@@ -1,9 +1,9 @@
-"""Authorized operations (KIP-430) as a broker without an authorizer reports them.
+"""Authorized operations (KIP-430): the operations the caller may perform on what a Describe API
+describes, as a 32-bit field with bit ``n`` set for ACL operation code ``n``.
 
-Describe APIs can be asked for the operations the caller may perform on what they describe: a 32-bit
-field with bit ``n`` set for ACL operation code ``n``. With no authorizer configured (onceflow has
-none) Kafka reports every operation the resource type supports; when the caller did not ask, it
-sends the schema default, ``-2^31``.
+Without an authorizer Kafka reports every operation the resource type supports; with one, those the
+authorizer allows the request's principal (``security.access.operations``). When the caller did not
+ask, it sends the schema default, ``-2^31``.
 
 The sets below are of operation codes. kafka-python's message classes take such a set (``None`` for
 not asked) and encode the bit field themselves; our own schemas (ConsumerGroupDescribe) carry the
@@ -12,52 +12,16 @@ plain int of :func:`bitfield`.
 
 from __future__ import annotations
 
-from enum import IntEnum
+from onceflow.broker.security.acls import SUPPORTED_OPERATIONS, AclOperation, ResourceType
 
 NOT_REQUESTED = -(2**31)
 
-
-class AclOperation(IntEnum):
-    """Kafka's ``AclOperation`` codes (the bit positions of the field)."""
-
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-
-
-_Op = AclOperation
 # What each resource type supports (Kafka's AclEntry.supportedOperations).
-TOPIC = frozenset(
-    {
-        _Op.READ,
-        _Op.WRITE,
-        _Op.CREATE,
-        _Op.DESCRIBE,
-        _Op.DELETE,
-        _Op.ALTER,
-        _Op.DESCRIBE_CONFIGS,
-        _Op.ALTER_CONFIGS,
-    }
-)
-GROUP = frozenset({_Op.READ, _Op.DESCRIBE, _Op.DELETE})
-CLUSTER = frozenset(
-    {
-        _Op.CREATE,
-        _Op.CLUSTER_ACTION,
-        _Op.DESCRIBE_CONFIGS,
-        _Op.ALTER_CONFIGS,
-        _Op.IDEMPOTENT_WRITE,
-        _Op.ALTER,
-        _Op.DESCRIBE,
-    }
-)
+TOPIC = SUPPORTED_OPERATIONS[ResourceType.TOPIC]
+GROUP = SUPPORTED_OPERATIONS[ResourceType.GROUP]
+CLUSTER = SUPPORTED_OPERATIONS[ResourceType.CLUSTER]
+
+__all__ = ["CLUSTER", "GROUP", "NOT_REQUESTED", "TOPIC", "AclOperation", "bitfield", "reported"]
 
 
 def reported(operations: frozenset[AclOperation], requested: bool) -> frozenset[int] | None:

@@ -27,6 +27,18 @@ hands it the bytes as other requests finish, and reading resumes.
 Client quotas: an answer the broker returns as a ``ThrottledAnswer`` is written at once, and the
 connection is then muted for its throttle time (KIP-219): nothing is read or started until it passes.
 
+Security (``broker/security``): TLS is the transport's (asyncio's SSL protocol reads and decrypts,
+then hands the plaintext to this same buffered protocol; the plaintext path is unchanged). On an SSL
+listener the client certificate's subject becomes the session's principal when the connection opens
+(``certificate_principal``). On a SASL listener every request first goes to the connection's sans-IO
+``SaslAuthenticator``, which passes it on, answers it itself (SaslHandshake, SaslAuthenticate), or
+closes the connection; until authenticated a frame may be at most ``sasl.server.max.receive.size``. A
+failed authentication is answered after ``connection.failed.authentication.delay.ms`` and the
+connection closes after that answer, reading nothing more meanwhile.
+
+Metrics (``broker/metrics``, only when the broker serves them): ``request_timer`` times each request
+from the read that completed it to the write of its answer (Kafka's RequestMetrics times).
+
 A handler returning ``None`` sends nothing (acks=0 produce, dropped-response fault); raising
 ``CloseConnection`` closes the connection (Kafka's answer to a failed acks=0 produce, the disconnect
 fault); any other exception is a handler bug: logged, connection closed (the client reconnects). An undecodable frame or the peer's EOF closes the connection too; requests
@@ -56,8 +68,10 @@ from onceflow.broker.connection import (
     UnsupportedApiVersionsRequest,
 )
 from onceflow.broker.context import CloseConnection
-from onceflow.broker.limit_events import MEMORY_POOL_FULL, LimitEvents
+from onceflow.broker.limit_events import FAILED_AUTHENTICATION, MEMORY_POOL_FULL, LimitEvents
 from onceflow.broker.memory_pool import MemoryPool
+from onceflow.broker.security.sasl_authenticator import PASS, Close, SaslAuthenticator
+from onceflow.broker.security.session import Session
 from onceflow.protocol import apis
 
 log = logging.getLogger(__name__)
@@ -72,13 +86,15 @@ API_VERSIONS_KEY = 18
 
 class ThrottledAnswer:
     """An answer (or None: no answer) after which the connection stays muted for ``throttle_ms``
-    (a client quota; KIP-219): neither reads nor starts requests until then."""
+    (a client quota; KIP-219): neither reads nor starts requests until then. ``close_after``: the
+    connection closes once it is written (a failed authentication)."""
 
-    __slots__ = ("frame", "throttle_ms")
+    __slots__ = ("frame", "throttle_ms", "close_after")
 
-    def __init__(self, frame: bytes | bytearray | None, throttle_ms: int) -> None:
+    def __init__(self, frame: bytes | bytearray | None, throttle_ms: int, close_after: bool = False) -> None:
         self.frame = frame
         self.throttle_ms = throttle_ms
+        self.close_after = close_after
 
     def __len__(self) -> int:
         return 0 if self.frame is None else len(self.frame)
@@ -142,11 +158,22 @@ class ClientProtocol(asyncio.BufferedProtocol):
         pool: MemoryPool | None = None,
         limit_events: LimitEvents | None = None,
         on_open: Callable[[ClientProtocol], bool] | None = None,
+        session: Session | None = None,
+        authenticator: SaslAuthenticator | None = None,
+        max_unauthenticated_bytes: int | None = None,
+        certificate_principal: Callable[[dict | None], Any] | None = None,
+        request_timer: Any = None,
     ) -> None:
         self._dispatch = dispatch
         self._supported = supported
         self._pool = pool if pool is not None else MemoryPool(-1)
         self._limit_events = limit_events if limit_events is not None else LimitEvents()
+        self.session = session if session is not None else Session()
+        self._authenticator = authenticator
+        self._certificate_principal = certificate_principal
+        self._max_request_bytes = max_request_bytes
+        if authenticator is not None and max_unauthenticated_bytes is not None:
+            max_request_bytes = min(max_request_bytes, max_unauthenticated_bytes)
         self._connection = Connection(supported, max_request_bytes=max_request_bytes, pool=self._pool)
         self._on_close = on_close
         self._on_open = on_open  # False: refused (a connection limit), closed before reading a byte
@@ -166,6 +193,9 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # time.monotonic() of the last bytes read or answer written (connections.max.idle.ms).
         self.last_active = time.monotonic()
+        self._read_at = self.last_active  # of the last bytes read: when the requests in them arrived
+        self._request_timer = request_timer  # broker/metrics' RequestStats, or None
+        self._timed_answers: dict[int, Any] = {}  # id(answer) -> its timing, until written
 
     # -- asyncio callbacks ---------------------------------------------------------------------------
 
@@ -173,9 +203,17 @@ class ClientProtocol(asyncio.BufferedProtocol):
         # Any: uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = transport
         self._peer = transport.get_extra_info("peername")
+        self.session.client_host = self.peer_address
         if self._on_open is not None and not self._on_open(self):
             self.abort()
             return
+        if self._certificate_principal is not None:
+            try:
+                self.session.principal = self._certificate_principal(transport.get_extra_info("peercert"))
+            except ValueError as exc:  # no ssl.principal.mapping.rules rule applies
+                log.warning("closing the TLS connection from %s: %s", self._peer, exc)
+                self.abort()
+                return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             # asyncio and uvloop set it already; a small answer held back by Nagle's algorithm behind
@@ -187,7 +225,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
         return self._connection.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_active = time.monotonic()
+        self.last_active = self._read_at = time.monotonic()
         self._connection.buffer_updated(nbytes)
         self._read_events()
 
@@ -283,6 +321,9 @@ class ClientProtocol(asyncio.BufferedProtocol):
                     self._write_ready()
                     continue
                 assert isinstance(event, RequestReceived)
+                if self._authenticator is not None and self._authenticate(event):
+                    finished_now = True
+                    continue
                 answer = self._start(event)
                 if isinstance(answer, asyncio.Future) and not answer.done():
                     if event.charged:
@@ -298,6 +339,65 @@ class ClientProtocol(asyncio.BufferedProtocol):
                 self._write_ready()
             if need_data or self._closing or self._waiting_for_memory or self._holding_back():
                 break
+
+    def _authenticate(self, event: RequestReceived) -> bool:
+        """Hand the request to the SASL authenticator first; True if it took it (answered it, or
+        closed the connection), False to dispatch it as usual."""
+        authenticator = self._authenticator
+        assert authenticator is not None
+        header = event.header
+        now_ms = int(time.monotonic() * 1000)
+        verdict = authenticator.receive(header.api_key, header.api_version, event.request, now_ms)
+        if verdict is PASS:
+            return False
+        self._pool.release(event.charged)
+        if isinstance(verdict, Close):
+            log.info(
+                "closing the connection from %s (listener %s): %s",
+                self._peer,
+                self.session.listener,
+                verdict.reason,
+            )
+            self.abort()
+            return True
+        frame = apis.encode_response(verdict.response, header.correlation_id, header.api_version)
+        if verdict.failed:
+            # Counted, and logged at most once per interval: a password-guessing client must not
+            # flood the log.
+            self._limit_events.record(
+                FAILED_AUTHENTICATION,
+                "failed authentication from %s on listener %s (%s); connection closed",
+                self.session.client_host,
+                self.session.listener,
+                verdict.reason,
+            )
+            self._fail_authentication(frame, authenticator.failed_delay_ms)
+            return True
+        if verdict.principal is not None and self.session.principal != verdict.principal:
+            self.session.principal = verdict.principal
+            self._connection.max_request_bytes = self._max_request_bytes
+            log.debug("connection from %s authenticated as %s", self._peer, verdict.principal)
+        self._unwritten_bytes += len(frame)
+        self._pending.append(frame)
+        return True
+
+    def _fail_authentication(self, frame: bytearray, delay_ms: int) -> None:
+        """Answer the failed authentication after ``delay_ms`` (after every answer before it), then close;
+        nothing more is read or started meanwhile (the connection stays muted for good)."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future = loop.create_future()
+        self._pending.append(answer)
+        if self._unmute is not None:
+            self._unmute.cancel()
+
+        def answer_now() -> None:
+            if not answer.done():
+                self._unwritten_bytes += len(frame)
+                answer.set_result(ThrottledAnswer(frame, 0, close_after=True))
+            self._write_ready()
+
+        self._unmute = loop.call_later(delay_ms / 1000.0, answer_now)
+        self._update_reading()
 
     def _wait_for_memory(self) -> None:
         """The pool refused this connection's next buffer: queue for it (reading pauses meanwhile)."""
@@ -331,6 +431,11 @@ class ClientProtocol(asyncio.BufferedProtocol):
         most handlers never suspend, and then no task is made); a handler still running continues in
         a task. Returns the answer, or a future of it."""
         coro = self._dispatch(event)
+        if self._request_timer is not None:
+            header = event.header
+            coro = self._request_timer.timed(
+                coro, header.api_key, header.api_version, self._read_at, self._timed_answers
+            )
         if _EAGER_TASKS:
             task = asyncio.Task(coro, eager_start=True)  # type: ignore[call-arg]
             if not task.done():
@@ -426,13 +531,24 @@ class ClientProtocol(asyncio.BufferedProtocol):
                     return
             else:
                 response = pending.popleft()
+            close_after = False
             if type(response) is ThrottledAnswer:
+                close_after = response.close_after
                 response = response.frame
             if response is not None:
                 self._unwritten_bytes -= len(response)
                 if transport is not None:
+                    timing = self._timed_answers.pop(id(response), None) if self._timed_answers else None
+                    write_start = time.monotonic() if timing is not None else 0.0
                     transport.write(response)
                     self.last_active = time.monotonic()
+                    if timing is not None:
+                        self._request_timer.written(timing, write_start, self.last_active)
+            if close_after:
+                self._closing = True
+                if transport is not None:
+                    transport.close()  # after the bytes written: the client reads why
+                return
 
 
 def _answer_size(answer: asyncio.Future | Answer) -> int:

@@ -123,8 +123,16 @@ class BrokerConfig:
     offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor
     transaction_state_log_replication_factor: int = 3  # transaction.state.log.replication.factor
     transaction_state_log_min_isr: int = 2  # transaction.state.log.min.isr
+    # Prometheus metrics (broker/metrics; docs/metrics.md): HTTP /metrics on this port, -1: none, 0: any
+    # free port. onceflow's own settings: Kafka leaves metrics to the JMX exporter, whose names we use.
+    metrics_port: int = -1  # metrics.port
+    metrics_host: str = ""  # metrics.host: the address to bind (empty: the broker's host)
     # Fault points by name -> probability 0..1, plus parameters such as "delay-response.ms".
     faults: dict[str, float] = field(default_factory=dict)
+    # TLS, SASL and the authorizer, as Kafka's settings by their own names (ssl.*, sasl.*,
+    # listener.name.<l>.*, authorizer.class.name, super.users, ...): broker/security/config.py reads
+    # and checks them against the node's listeners. Empty: no TLS, no SASL, no authorizer.
+    security: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -171,6 +179,12 @@ class BrokerConfig:
                 "min.incremental.fetch.session.eviction.ms must be >= 0, "
                 f"not {self.min_incremental_fetch_session_eviction_ms}"
             )
+        if not -1 <= self.metrics_port <= 65535:
+            raise ValueError(
+                f"metrics.port must be -1 (no metrics), 0 (any free port) or a port, not {self.metrics_port}"
+            )
+        if self.metrics_port > 0 and self.metrics_port == self.port and self.metrics_host in ("", self.host):
+            raise ValueError(f"metrics.port {self.metrics_port} is the broker's own port: choose another")
         if not MIN_TRANSACTION_VERSION <= self.transaction_version <= MAX_TRANSACTION_VERSION:
             raise ValueError(
                 f"transaction.version must be {MIN_TRANSACTION_VERSION}..{MAX_TRANSACTION_VERSION}, "

@@ -141,6 +141,15 @@ class Connection:
         self._broken: ConnectionBroken | None = None
 
     @property
+    def max_request_bytes(self) -> int:
+        """The largest frame accepted (``socket.request.max.bytes``; lower before SASL authentication)."""
+        return self._max_request_bytes
+
+    @max_request_bytes.setter
+    def max_request_bytes(self, value: int) -> None:
+        self._max_request_bytes = value
+
+    @property
     def wanted(self) -> int:
         """Bytes this connection waits for from the pool (after ``NEED_MEMORY``), else 0."""
         return self._wanted

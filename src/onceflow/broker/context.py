@@ -10,14 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from onceflow.broker.security.session import LOCAL, Session
+
 if TYPE_CHECKING:
     from onceflow.broker.cluster_metadata import ClusterMetadata
     from onceflow.broker.config import BrokerConfig
     from onceflow.broker.faults import Faults
     from onceflow.broker.fetch_session import FetchSessionCache
     from onceflow.broker.group.service import GroupService
+    from onceflow.broker.metrics.broker_metrics import BrokerMetrics
     from onceflow.broker.quotas.manager import ClientQuotas
     from onceflow.broker.replica.service import ReplicationService
+    from onceflow.broker.security.authorizer import StandardAuthorizer
+    from onceflow.broker.security.credentials import ScramCredentials
     from onceflow.broker.topics import TopicManager
     from onceflow.broker.txn.coordinator import ProducerIdSource
     from onceflow.broker.txn.service import TransactionService
@@ -53,6 +58,12 @@ class BrokerServices:
     # Partition replication (broker.replica.service.ReplicationService); None: partitions are not
     # replicated (a broker run without a node, in tests and tools).
     replication: ReplicationService | None = None
+    # broker/security: the ACL authorizer (None: none configured, everything is allowed, as in Kafka)
+    # and the SCRAM credentials (None: a cluster broker, where they are not kept yet).
+    authorizer: StandardAuthorizer | None = None
+    scram: ScramCredentials | None = None
+    # The broker's metrics counters, only when it serves metrics (metrics.port): Produce and Fetch count.
+    metrics: BrokerMetrics | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +73,13 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     services: BrokerServices
-    listener: str = "PLAINTEXT"  # the listener the request came in on
+    # The connection's listener, client address and principal (broker/security/session).
+    session: Session = LOCAL
+
+    @property
+    def listener(self) -> str:
+        """The listener the request came in on (answers name every broker's endpoint on it)."""
+        return self.session.listener
 
     @property
     def config(self) -> BrokerConfig:

@@ -23,6 +23,7 @@ CONNECTION_CREATION_RATE = "connection-creation-rate"  # refused: max.connection
 PRODUCE_THROTTLED = "produce-throttled"  # a Produce answer carried a throttle time (byte rate quota)
 FETCH_THROTTLED = "fetch-throttled"  # a Fetch answer carried a throttle time (byte rate quota)
 REQUEST_THROTTLED = "request-throttled"  # an answer carried a throttle time (request percentage quota)
+FAILED_AUTHENTICATION = "failed-authentication"  # a SASL authentication failed (its connection closes)
 
 KINDS = (
     MEMORY_POOL_FULL,
@@ -32,6 +33,7 @@ KINDS = (
     PRODUCE_THROTTLED,
     FETCH_THROTTLED,
     REQUEST_THROTTLED,
+    FAILED_AUTHENTICATION,
 )
 
 DEFAULT_INTERVAL_S = 30.0

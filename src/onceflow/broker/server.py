@@ -13,8 +13,14 @@ responses still go out in order.
 A broker is one role of a node (``onceflow.server.node``): the node locks the data dir, replays the
 metadata into the broker's ``ClusterMetadata`` and registers it with the controller, then calls
 :meth:`Broker.bind`, :meth:`Broker.start_services` and :meth:`Broker.serve` in that order. Each
-listener (``listeners``: name, host, port) is a server of its own; a request knows the listener it
-came in on, so that answers name every broker's endpoint on that same listener.
+listener (``listeners``: name, host, port, with its security protocol) is a server of its own, with
+TLS where its protocol says so (``broker/security``); every connection has a ``Session`` (listener,
+client address, principal) that its requests' contexts carry, so that handlers authorize the
+principal and answers name every broker's endpoint on the listener the request came in on.
+
+With ``metrics.port`` set the broker counts for Prometheus (``broker/metrics``; the node serves
+``/metrics``): the connections time requests, the handler table counts answers' error codes, Produce
+and Fetch count per topic.
 """
 
 from __future__ import annotations
@@ -41,10 +47,19 @@ from onceflow.broker.idle_connections import close_idle_connections
 from onceflow.broker.limit_events import LimitEvents
 from onceflow.broker.log_cleaner import LogCleaner
 from onceflow.broker.memory_pool import MemoryPool
+from onceflow.broker.metrics import new_broker_metrics
 from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.quotas.manager import ClientQuotas
 from onceflow.broker.quotas.store import FileQuotaStore
 from onceflow.broker.quotas.throttling import answer_within_quotas
+from onceflow.broker.security.acl_store import FileAclStore
+from onceflow.broker.security.authorizer import StandardAuthorizer
+from onceflow.broker.security.config import ListenerSecurity, security_config
+from onceflow.broker.security.credentials import FileScramStore, ScramCredentials
+from onceflow.broker.security.principal import ANONYMOUS, user
+from onceflow.broker.security.principal import distinguished_name as _distinguished_name
+from onceflow.broker.security.sasl_authenticator import SaslAuthenticator
+from onceflow.broker.security.session import Session
 from onceflow.broker.topics import TopicManager
 from onceflow.broker.txn.pid_manager import ProducerIdManager
 from onceflow.broker.txn.service import TransactionService
@@ -63,6 +78,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A TLS client that has not finished its handshake by then is dropped (asyncio's default is 60 s).
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
 
 class Broker:
     """The broker role of a node. ``bind``, ``start_services``, ``serve`` (``port`` is then the first
@@ -78,7 +96,10 @@ class Broker:
         metadata: ClusterMetadata | None = None,
         controller: ControllerChannel | None = None,
         producer_ids: ProducerIdSource | None = None,
+        protocols: Mapping[str, str] | None = None,
     ) -> None:
+        """``protocols``: each listener's security protocol (listener.security.protocol.map); a
+        listener it leaves out is PLAINTEXT."""
         self.config = config
         # (listener name, host, port); the first is the one logs and `port` speak of.
         self.listeners = list(listeners or [("PLAINTEXT", config.host, config.port)])
@@ -94,6 +115,10 @@ class Broker:
         self.coordinator_failover: CoordinatorFailover | None = None
         # A cluster broker's client quotas come from the metadata image (set by the node).
         self.quota_store: QuotaStore | None = None
+        # SCRAM credentials in <data-dir>/scram-credentials.json: a single node's. A cluster broker
+        # has none (they are not in the cluster metadata yet; the node refuses SCRAM and the
+        # authorizer there), so no broker of a cluster keeps a set the others lack.
+        self.keeps_credentials = True
         self.faults = Faults(config.faults)
         self.topics = TopicManager(
             config.data_dir,
@@ -111,6 +136,9 @@ class Broker:
             h.API_KEY: SupportedApi(h.API_KEY, h.MIN_VERSION, h.MAX_VERSION, h.REQUEST) for h in HANDLERS
         }
         self.services: BrokerServices | None = None
+        # TLS, SASL and the authorizer of each listener (broker/security/config); ValueError naming
+        # the setting that is wrong.
+        self.security = security_config(config.security, self.listeners, protocols or {})
         self._servers: dict[str, asyncio.Server] = {}
         self.bound: dict[str, tuple[str, int]] = {}  # listener name -> (host, bound port)
         self._connections: set[ClientProtocol] = set()
@@ -133,22 +161,28 @@ class Broker:
             quota_window_size_ms=config.quota_window_size_seconds * 1000,
         )
         self._admitted: dict[ClientProtocol, str] = {}  # connection -> its address, to release
+        self.metrics: Any = None  # broker/metrics' BrokerMetrics, when metrics.port is set
+        if config.metrics_port >= 0:
+            self.metrics = new_broker_metrics()
+            self.handlers = self.metrics.requests.instrument(self.handlers)
 
     async def bind(self) -> None:
         """Bind every listener, accepting nothing yet: the bound ports are what the broker registers."""
         loop = asyncio.get_running_loop()
         capacity = self.config.queued_max_request_bytes
         self.memory_pool = MemoryPool(capacity if capacity > 0 else -1, schedule=loop.call_soon)
-        for name, host, port in self.listeners:
+        for listener in self.security.listeners:
             server = await loop.create_server(
-                functools.partial(self._new_connection, name),
-                host or None,
-                port,
+                functools.partial(self._new_connection, listener),
+                listener.host or None,
+                listener.port,
                 reuse_address=True,
                 start_serving=False,
+                ssl=listener.ssl_context,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if listener.ssl_context is not None else None,
             )
-            self._servers[name] = server
-            self.bound[name] = (host, server.sockets[0].getsockname()[1])
+            self._servers[listener.name] = server
+            self.bound[listener.name] = (listener.host, server.sockets[0].getsockname()[1])
         self.port = self.bound[self.listeners[0][0]][1]
 
     async def start_services(self, advertised: Mapping[str, tuple[str, int]] | None = None) -> None:
@@ -158,6 +192,7 @@ class Broker:
         transaction check."""
         first = self.listeners[0][0]
         host, port = (advertised or self.bound)[first]
+        authorizer_settings = self.security.authorizer
         failover = self.coordinator_failover
         groups = start_group_coordinator(
             self.config,
@@ -185,6 +220,10 @@ class Broker:
             cluster_id=self.topics.cluster_id,
             advertised_host=host,
             advertised_port=port,
+            authorizer=StandardAuthorizer(authorizer_settings, FileAclStore(self.config.data_dir))
+            if authorizer_settings is not None
+            else None,
+            scram=ScramCredentials(FileScramStore(self.config.data_dir)) if self.keeps_credentials else None,
             fetch_sessions=FetchSessionCache(
                 self.config.max_incremental_fetch_session_cache_slots,
                 self.config.min_incremental_fetch_session_eviction_ms,
@@ -202,6 +241,7 @@ class Broker:
             txn_router=self.txn_router,
             quotas_from_metadata=self.quota_store is not None,
             replication=self.replication,
+            metrics=self.metrics,
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
         self._flusher = asyncio.create_task(self._run_flush_policy(), name="flush-policy")
@@ -222,12 +262,34 @@ class Broker:
             await transactions.start()
         else:
             await transactions.start(failover.owned(TRANSACTION_STATE_TOPIC))
+        if self.metrics is not None:
+            self.metrics.started(self.topics)  # the coordinators' events count from here
 
     async def serve(self) -> None:
+        for listener in self.security.open_listeners():
+            log.warning(
+                "listener %s on %s:%d has no authentication and no authorizer stops anonymous clients: "
+                "anyone who can reach the port can read and write everything (set "
+                "listener.security.protocol.map to SASL_SSL or SSL with ssl.client.auth=required, and "
+                "authorizer.class.name; see docs/security.md)",
+                listener.name,
+                listener.host or "0.0.0.0",
+                self.bound[listener.name][1],
+            )
         for server in self._servers.values():
             await server.start_serving()
-        for name, (host, port) in self.bound.items():
-            log.info("onceflow broker listening on %s:%d (%s)", host or "0.0.0.0", port, name)
+        for listener in self.security.listeners:
+            host, port = self.bound[listener.name]
+            if listener.protocol == listener.name:  # PLAINTEXT, SSL ... named after their protocol
+                log.info("onceflow broker listening on %s:%d (%s)", host or "0.0.0.0", port, listener.name)
+            else:
+                log.info(
+                    "onceflow broker listening on %s:%d (%s, %s)",
+                    host or "0.0.0.0",
+                    port,
+                    listener.name,
+                    listener.protocol,
+                )
 
     async def stop(self) -> None:
         """Stop accepting, drop connections, flush and close every log."""
@@ -280,21 +342,36 @@ class Broker:
             await asyncio.sleep(interval)
             self.topics.flush_due()
 
-    def _new_connection(self, listener: str) -> ClientProtocol:
+    def _new_connection(self, listener: ListenerSecurity) -> ClientProtocol:
+        session = Session(listener=listener.name, security_protocol=listener.protocol)
+        sasl = listener.sasl
+        authenticator = None
+        if sasl is not None:
+            scram = self.services.scram if self.services is not None else None
+            authenticator = SaslAuthenticator(sasl, scram.lookup if scram is not None else None)
         connection = ClientProtocol(
-            functools.partial(self._dispatch, listener),
+            functools.partial(self._dispatch, session),
             self.supported,
             max_request_bytes=self.config.socket_request_max_bytes,
             on_close=self._connection_closed,
             pool=self.memory_pool,
             limit_events=self.limit_events,
             on_open=self._admit,
+            session=session,
+            authenticator=authenticator,
+            max_unauthenticated_bytes=sasl.max_receive_size if sasl is not None else None,
+            certificate_principal=functools.partial(_certificate_principal, listener)
+            if listener.protocol == "SSL"
+            else None,
+            request_timer=self.metrics.requests if self.metrics is not None else None,
         )
-        self._connections.add(connection)
         return connection
 
     def _admit(self, connection: ClientProtocol) -> bool:
-        """Let a new connection in, or refuse it (a connection limit; see connection_limits)."""
+        """Let a new connection in, or refuse it (a connection limit; see connection_limits). Called
+        when the transport is made: on a TLS listener after the handshake, so a connection whose
+        handshake fails (plain bytes, an untrusted certificate) is never kept or counted."""
+        self._connections.add(connection)
         address = connection.peer_address
         refused = self.connection_limits.admit(address, int(time.monotonic() * 1000))
         if refused is None:
@@ -322,7 +399,7 @@ class Broker:
 
     # -- requests ----------------------------------------------------------------------------------
 
-    async def _dispatch(self, listener: str, event: RequestReceived) -> Answer:
+    async def _dispatch(self, session: Session, event: RequestReceived) -> Answer:
         header = event.header
         assert self.services is not None
         ctx = RequestContext(
@@ -331,7 +408,7 @@ class Broker:
             correlation_id=header.correlation_id,
             client_id=header.client_id,
             services=self.services,
-            listener=listener,
+            session=session,
         )
         log.debug(
             "api %d v%d correlation %d from %s",
@@ -348,3 +425,11 @@ class Broker:
         if response is None:
             return None
         return apis.encode_response(response, header.correlation_id, header.api_version)
+
+
+def _certificate_principal(listener: ListenerSecurity, peercert: dict | None):
+    """An SSL listener's principal: the client certificate's subject through ssl.principal.mapping.rules,
+    or ANONYMOUS without a certificate (ssl.client.auth=requested or none). ValueError: no rule applies."""
+    if not peercert:
+        return ANONYMOUS
+    return user(listener.principal_mapper.name_for(_distinguished_name(peercert)))

@@ -33,14 +33,91 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-bootstrap_option = click.option(
-    "--bootstrap-server",
-    "bootstrap",
-    default=DEFAULT_BOOTSTRAP,
-    show_default=True,
-    metavar="HOST:PORT",
-    help="Broker to connect to.",
-)
+_SECURITY = "onceflow.security"
+
+
+def _read_command_config(ctx: click.Context, _param: click.Parameter, path: str | None) -> None:
+    if path is None:
+        return
+    from onceflow.client.security import ClientSecurity, is_security_setting
+    from onceflow.protocol.errors import InvalidConfig
+
+    try:
+        settings = read_properties(path)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}", param_hint="--command-config")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--command-config")
+    chosen = {k: v for k, v in settings.items() if is_security_setting(k)}
+    try:
+        ClientSecurity.from_config(chosen)  # refuse a bad file before connecting
+    except InvalidConfig as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--command-config")
+    ctx.meta[_SECURITY] = chosen
+
+
+def bootstrap_option(command):
+    """``--bootstrap-server`` (the broker), and ``--command-config FILE``, as Kafka's tools: a properties
+    file of client settings, the TLS and SASL ones (``security.protocol``, ``sasl.mechanism``,
+    ``sasl.username``, ``sasl.password``, ``ssl.ca.location``, ... or Java's ``sasl.jaas.config``)."""
+    command = click.option(
+        "--command-config",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        is_eager=True,
+        callback=_read_command_config,
+        metavar="FILE",
+        help="Client settings (TLS, SASL) in a properties file, as Kafka's tools take.",
+    )(command)
+    return click.option(
+        "--bootstrap-server",
+        "bootstrap",
+        default=DEFAULT_BOOTSTRAP,
+        show_default=True,
+        metavar="HOST:PORT",
+        help="Broker to connect to.",
+    )(command)
+
+
+def security_settings() -> dict[str, str]:
+    """The TLS/SASL settings of ``--command-config`` (Kafka names), for producer and consumer configs."""
+    ctx = click.get_current_context(silent=True)
+    return dict(ctx.meta.get(_SECURITY, {})) if ctx is not None else {}
+
+
+def client_security():
+    """``--command-config``'s settings as a ``ClientSecurity`` (None: connect in plain text)."""
+    from onceflow.client.security import ClientSecurity
+
+    return ClientSecurity.from_config(security_settings())
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java properties file: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments, a trailing
+    backslash continuing a line. ValueError names the line that is neither."""
+    result: dict[str, str] = {}
+    pending = ""
+    with open(path, encoding="utf-8") as f:
+        for number, raw in enumerate(f, 1):
+            line = pending + raw.strip()
+            if line.endswith("\\"):  # continued on the next line
+                pending = line[:-1]
+                continue
+            pending = ""
+            if not line or line[0] in "#!":
+                continue
+            key, sep, value = _split_property(line)
+            if not sep:
+                raise ValueError(f"{path}:{number}: {line!r} is not key=value")
+            result[key] = value
+    return result
+
+
+def _split_property(line: str) -> tuple[str, str, str]:
+    for i, ch in enumerate(line):
+        if ch in "=:":
+            return line[:i].strip(), ch, line[i + 1 :].strip()
+    return line, "", ""
 
 
 def parse_key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:

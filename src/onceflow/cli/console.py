@@ -11,7 +11,7 @@ import logging
 
 import click
 
-from onceflow.cli.common import bootstrap_option
+from onceflow.cli.common import bootstrap_option, client_security
 from onceflow.client.async_client import parse_bootstrap
 
 
@@ -72,6 +72,7 @@ def console(
         metrics_interval_s=metrics_interval,
         allow_writes=allow_writes,
         max_transaction_timeout_ms=max_transaction_timeout_ms,
+        security=client_security(),
     )
     config = uvicorn.Config(
         create_app(settings),

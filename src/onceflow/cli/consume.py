@@ -14,7 +14,7 @@ import time
 
 import click
 
-from onceflow.cli.common import bootstrap_option, err, friendly_errors
+from onceflow.cli.common import bootstrap_option, client_security, err, friendly_errors
 from onceflow.client.simple import SimpleClient
 from onceflow.protocol.errors import KafkaError
 
@@ -112,7 +112,7 @@ def _consume_partitions(
     topic, from_beginning, isolation_level, max_messages, timeout, print_key, key_separator, bootstrap
 ) -> None:
     count = 0
-    with friendly_errors(bootstrap), SimpleClient(bootstrap) as client:
+    with friendly_errors(bootstrap), SimpleClient(bootstrap, security=client_security()) as client:
         records = client.consume(
             topic,
             from_beginning=from_beginning,
@@ -182,6 +182,7 @@ def _consume_group(
         # Positions run ahead of what was printed (a poll's records, or Ctrl-C in the middle of
         # them): commit exactly the printed records instead, below.
         "enable.auto.commit": False,
+        **(security.as_settings() if (security := client_security()) is not None else {}),
     }
     count = 0
     uncommitted = 0  # printed records whose offsets the group refused or did not get
@@ -202,7 +203,7 @@ def _consume_group(
             )
 
     with friendly_errors(bootstrap):
-        with SimpleClient(bootstrap) as client:
+        with SimpleClient(bootstrap, security=client_security()) as client:
             client.describe_topic(topic)  # a missing topic is an error, as without --group
         with _Interrupts() as interrupts:
             consumer = Consumer(topic, config=config)

@@ -13,7 +13,7 @@ import asyncio
 import click
 from rich.table import Table
 
-from onceflow.cli.common import bootstrap_option, friendly_errors, out
+from onceflow.cli.common import bootstrap_option, client_security, friendly_errors, out
 from onceflow.client.admin import AsyncAdminClient, GroupDescription
 from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from onceflow.client.consumer.structs import TopicPartition
@@ -54,7 +54,9 @@ async def _partitions(admin: AsyncAdminClient, topic: str) -> list[TopicPartitio
 
 def _run(bootstrap: str, work):
     async def main():
-        async with AsyncAdminClient(bootstrap, client_id="onceflow-groups") as admin:
+        async with AsyncAdminClient(
+            bootstrap, client_id="onceflow-groups", security=client_security()
+        ) as admin:
             return await work(admin)
 
     with friendly_errors(bootstrap):

@@ -29,6 +29,8 @@ COMMANDS = {
     "producers": "onceflow.cli.producers:producers",
     "quotas": "onceflow.cli.quotas:quotas",
     "console": "onceflow.cli.console:console",
+    "acls": "onceflow.cli.acls:acls",
+    "users": "onceflow.cli.users:users",
 }
 
 

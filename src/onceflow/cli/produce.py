@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import click
 
-from onceflow.cli.common import bootstrap_option, err, friendly_errors
+from onceflow.cli.common import bootstrap_option, client_security, err, friendly_errors
 from onceflow.client.simple import SimpleClient
 
 ACKS = {"all": -1, "-1": -1, "0": 0, "1": 1}
@@ -36,7 +36,7 @@ def lines_to_records(lines, key_separator: str | None) -> Iterator[tuple[bytes |
 @bootstrap_option
 def produce(topic, key_separator, compression, acks, partition, bootstrap):
     """Send each line of stdin as a record to TOPIC."""
-    with friendly_errors(bootstrap), SimpleClient(bootstrap) as client:
+    with friendly_errors(bootstrap), SimpleClient(bootstrap, security=client_security()) as client:
         results = client.produce(
             topic,
             lines_to_records(sys.stdin, key_separator),

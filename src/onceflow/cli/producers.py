@@ -9,14 +9,16 @@ from datetime import UTC, datetime
 import click
 from rich.table import Table
 
-from onceflow.cli.common import bootstrap_option, friendly_errors, out
+from onceflow.cli.common import bootstrap_option, client_security, friendly_errors, out
 from onceflow.client.admin import AsyncAdminClient, ProducerState
 from onceflow.client.consumer.structs import TopicPartition
 
 
 async def describe_partition_producers(bootstrap: str, topic: str, partition: int) -> list[ProducerState]:
     """The producers one partition keeps state for; raises the partition's error."""
-    async with AsyncAdminClient(bootstrap, client_id="onceflow-producers") as admin:
+    async with AsyncAdminClient(
+        bootstrap, client_id="onceflow-producers", security=client_security()
+    ) as admin:
         return await admin.describe_producers(TopicPartition(topic, partition))
 
 

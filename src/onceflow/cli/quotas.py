@@ -7,8 +7,8 @@ sets and shows them (KIP-546's AlterClientQuotas and DescribeClientQuotas).
     onceflow quotas describe [--client app | --client-defaults] [--user U | --user-defaults]
     onceflow quotas describe --entity-type clients
 
-Until onceflow authenticates clients every client's user is ANONYMOUS, so a user quota matters only
-as ``--user ANONYMOUS`` or ``--user-defaults`` (and then applies to every client).
+A client's user is the name its connection authenticated as (SASL, or a client certificate; see
+docs/security.md), ``ANONYMOUS`` on a listener without authentication.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import asyncio
 import click
 from rich.table import Table
 
-from onceflow.cli.common import bootstrap_option, friendly_errors, out
+from onceflow.cli.common import bootstrap_option, client_security, friendly_errors, out
 
 _ENTITY_TYPES = {"clients": "client-id", "users": "user"}
 
@@ -112,7 +112,9 @@ def set_(client, client_defaults, user, user_defaults, add_config, delete_config
     from onceflow.client.admin import AsyncAdminClient
 
     async def alter() -> None:
-        async with AsyncAdminClient(bootstrap, client_id="onceflow-quotas") as admin:
+        async with AsyncAdminClient(
+            bootstrap, client_id="onceflow-quotas", security=client_security()
+        ) as admin:
             await admin.alter_client_quotas(entity, values, delete)
 
     with friendly_errors(bootstrap):
@@ -139,7 +141,9 @@ def describe(client, client_defaults, user, user_defaults, entity_types, bootstr
     from onceflow.client.admin import AsyncAdminClient
 
     async def describe_quotas():
-        async with AsyncAdminClient(bootstrap, client_id="onceflow-quotas") as admin:
+        async with AsyncAdminClient(
+            bootstrap, client_id="onceflow-quotas", security=client_security()
+        ) as admin:
             return await admin.describe_client_quotas(exact, specified, strict=bool(exact or specified))
 
     with friendly_errors(bootstrap):

@@ -21,14 +21,19 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def broker_config(host: str, port: int, data_dir: Path, faults: dict[str, str], overrides: dict[str, str]):
-    """A ``BrokerConfig`` from the command line; ``overrides`` use Kafka's names (``num.partitions``)."""
+    """A ``BrokerConfig`` from the command line; ``overrides`` use Kafka's names (``num.partitions``).
+    Security settings (``ssl.*``, ``sasl.*``, ``listener.name.*``, the authorizer's) go to
+    ``BrokerConfig.security``, checked against the node's listeners by ``server.security``."""
     from onceflow.broker.config import BrokerConfig  # lazily: the CLI must load without the broker
+    from onceflow.broker.security.config import is_security_key
 
     fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
-    kwargs: dict = {"host": host, "port": port, "data_dir": data_dir}
-    for name, raw in _in_milliseconds(overrides).items():
+    security = {name: raw for name, raw in overrides.items() if is_security_key(name)}
+    kwargs: dict = {"host": host, "port": port, "data_dir": data_dir, "security": security}
+    reserved = ("faults", "data_dir", "host", "port", "security")
+    for name, raw in _in_milliseconds({k: v for k, v in overrides.items() if k not in security}).items():
         field_name = name.replace(".", "_").replace("-", "_")
-        if field_name not in fields or field_name in ("faults", "data_dir", "host", "port"):
+        if field_name not in fields or field_name in reserved:
             if name in NO_EFFECT:
                 continue
             raise click.BadParameter(_unknown_config(name, fields), param_hint="--config")
@@ -80,7 +85,9 @@ def _unknown_config(name: str, fields) -> str:
 
     from onceflow.server.config import SERVER_KEYS
 
-    known = {n.replace("_", ".") for n in fields if n not in ("faults", "data_dir", "host", "port")}
+    known = {
+        n.replace("_", ".") for n in fields if n not in ("faults", "data_dir", "host", "port", "security")
+    }
     known |= set(SERVER_KEYS) | set(NO_EFFECT) | {"log.dirs", "log.dir"}
     known |= {coarse for synonyms in _TIME_SYNONYMS.values() for coarse, _unit in synonyms}
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
@@ -125,13 +132,17 @@ def _print_configs(ctx: click.Context) -> None:
     names = {
         f.name.replace("_", "."): getattr(defaults, f.name)
         for f in dataclasses.fields(BrokerConfig)
-        if f.name not in ("faults", "data_dir", "host", "port")
+        if f.name not in ("faults", "data_dir", "host", "port", "security")
     }
     lines = [
         f"{name}={str(value).lower() if isinstance(value, bool) else value}" for name, value in names.items()
     ]
     lines += [f"{name}  (a node's setting: docs/cluster.md)" for name in SERVER_KEYS if name not in names]
     lines += ["controller.quorum.*  (the Raft quorum's timers: docs/cluster.md)", "log.dirs  (one directory)"]
+    lines += [
+        "ssl.*, sasl.*, listener.name.<listener>.*, authorizer.class.name, super.users, "
+        "allow.everyone.if.no.acl.found, connections.max.reauth.ms  (TLS, SASL, ACLs: docs/security.md)"
+    ]
     lines += [
         f"{coarse}  (sets {ms})" for ms, synonyms in _TIME_SYNONYMS.items() for coarse, _unit in synonyms
     ]
@@ -186,6 +197,11 @@ def _convert(raw: str, kind: type, name: str):
     help="Developer mode: group.initial.rebalance.delay.ms=0 (unless --config sets it), so a new group "
     "is formed at once instead of waiting Kafka's 3 s for more members.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (metrics.port; 0 picks a free port).",
+)
 @click.option("--verbose", is_flag=True, help="Debug logging.")
 @click.option(
     "--help-configs",
@@ -195,7 +211,7 @@ def _convert(raw: str, kind: type, name: str):
     callback=lambda ctx, _param, value: _print_configs(ctx) if value else None,
     help="List every setting --config takes, with its default, and exit.",
 )
-def serve(host, port, data_dir, faults, configs, config_file, dev, verbose):
+def serve(host, port, data_dir, faults, configs, config_file, dev, metrics_port, verbose):
     """Run a node in the foreground (Ctrl-C stops it cleanly): a single broker by default, or a
     broker and/or controller of a cluster (process.roles, node.id, controller.quorum.voters, listeners)."""
     from onceflow.server.config import ConfigError, server_config, split_properties
@@ -208,6 +224,8 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, verbose):
         except PropertiesError as exc:
             raise click.BadParameter(str(exc), param_hint="--config-file")
     properties.update(parse_key_values(configs, "--config"))
+    if metrics_port is not None:
+        properties["metrics.port"] = str(metrics_port)
     if "log.dirs" in properties or "log.dir" in properties:
         key = "log.dirs" if "log.dirs" in properties else "log.dir"
         dirs = [d for d in properties.pop(key).split(",") if d.strip()]
@@ -231,6 +249,13 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, verbose):
         parse_key_values(faults, "--fault"),
         {**overrides, "node.id": str(server.node_id)},
     )
+    if server.is_broker:
+        from onceflow.server.security import broker_security
+
+        try:
+            broker_security(server, config.security)  # TLS files, SASL users, what a cluster refuses
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="--config")
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT, stream=sys.stderr
     )
@@ -240,13 +265,14 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, verbose):
             "accepted with no effect on onceflow: %s", ", ".join(f"{n} ({NO_EFFECT[n]})" for n in ignored)
         )
     from onceflow.broker.data_dir_lock import DataDirError
+    from onceflow.broker.metrics import MetricsEndpointError
     from onceflow.server.broker_lifecycle import RegistrationRefused
     from onceflow.server.node import run
     from onceflow.server.raft_quorum import QuorumUnavailable
 
     try:
         run(server, config)
-    except (DataDirError, QuorumUnavailable, RegistrationRefused) as exc:
+    except (DataDirError, MetricsEndpointError, QuorumUnavailable, RegistrationRefused) as exc:
         raise click.ClickException(str(exc))
     except ValueError as exc:  # e.g. an unknown fault point name
         raise click.BadParameter(str(exc), param_hint="--fault/--config")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from onceflow.cli.common import bootstrap_option, friendly_errors, out, parse_key_values
+from onceflow.cli.common import bootstrap_option, client_security, friendly_errors, out, parse_key_values
 from onceflow.client.simple import SimpleClient
 
 
@@ -25,7 +25,7 @@ def topics():
 def create(name, partitions, replication_factor, configs, bootstrap):
     """Create topic NAME."""
     settings = parse_key_values(configs, "--config")
-    with friendly_errors(bootstrap), SimpleClient(bootstrap) as client:
+    with friendly_errors(bootstrap), SimpleClient(bootstrap, security=client_security()) as client:
         client.create_topic(
             name, partitions=partitions, replication_factor=replication_factor, configs=settings
         )
@@ -37,7 +37,7 @@ def create(name, partitions, replication_factor, configs, bootstrap):
 @bootstrap_option
 def list_(internal, bootstrap):
     """List topic names, one a line."""
-    with friendly_errors(bootstrap), SimpleClient(bootstrap) as client:
+    with friendly_errors(bootstrap), SimpleClient(bootstrap, security=client_security()) as client:
         names = client.list_topics(include_internal=internal)
     for name in names:
         out.print(name)
@@ -48,7 +48,7 @@ def list_(internal, bootstrap):
 @bootstrap_option
 def describe(name, bootstrap):
     """Show the partitions and configs of topic NAME."""
-    with friendly_errors(bootstrap), SimpleClient(bootstrap) as client:
+    with friendly_errors(bootstrap), SimpleClient(bootstrap, security=client_security()) as client:
         info, configs = client.describe_topic(name)
     table = Table(title=f"topic {name}")
     for column in ("partition", "leader", "epoch", "replicas", "isr", "under-replicated", "error"):
@@ -83,7 +83,7 @@ def describe(name, bootstrap):
 @bootstrap_option
 def delete(name, bootstrap):
     """Delete topic NAME and its data."""
-    with friendly_errors(bootstrap), SimpleClient(bootstrap) as client:
+    with friendly_errors(bootstrap), SimpleClient(bootstrap, security=client_security()) as client:
         client.delete_topic(name)
     out.print(f"deleted topic {name}")
 
@@ -110,7 +110,7 @@ def delete_records(name, before, partitions, bootstrap):
     from onceflow.client.admin import AdminClient
     from onceflow.client.consumer.structs import TopicPartition
 
-    with friendly_errors(bootstrap), AdminClient(bootstrap) as admin:
+    with friendly_errors(bootstrap), AdminClient(bootstrap, security=client_security()) as admin:
         if not partitions:
             partitions = sorted(admin.describe_topic(name).partitions)
         starts = admin.delete_records({TopicPartition(name, p): before for p in partitions})

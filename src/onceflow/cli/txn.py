@@ -11,7 +11,7 @@ import asyncio
 import click
 from rich.table import Table
 
-from onceflow.cli.common import bootstrap_option, friendly_errors, out
+from onceflow.cli.common import bootstrap_option, client_security, friendly_errors, out
 from onceflow.client import hanging_transactions
 from onceflow.client.admin import TRANSACTION_STATES, AsyncAdminClient
 from onceflow.client.consumer.structs import TopicPartition
@@ -19,19 +19,19 @@ from onceflow.client.hanging_transactions import DEFAULT_MAX_TRANSACTION_TIMEOUT
 
 
 async def _list(bootstrap: str, states, pids, duration_ms: int, pattern: str | None = None):
-    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn") as admin:
+    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn", security=client_security()) as admin:
         return await admin.list_transactions(
             list(states), producer_ids=list(pids), min_duration_ms=duration_ms, pattern=pattern
         )
 
 
 async def _describe(bootstrap: str, transactional_id: str):
-    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn") as admin:
+    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn", security=client_security()) as admin:
         return await admin.describe_transaction(transactional_id)
 
 
 async def _find_hanging(bootstrap: str, topic: str | None, max_timeout_ms: int):
-    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn") as admin:
+    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn", security=client_security()) as admin:
         return await hanging_transactions.find_hanging(admin, topic, max_timeout_ms)
 
 
@@ -39,7 +39,7 @@ async def _abort(
     bootstrap: str, topic: str, partition: int, producer_id, producer_epoch, coordinator_epoch, start
 ):
     tp = TopicPartition(topic, partition)
-    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn") as admin:
+    async with AsyncAdminClient(bootstrap, client_id="onceflow-txn", security=client_security()) as admin:
         if start is not None:
             for producer in await admin.describe_producers(tp):
                 if producer.current_transaction_start_offset == start:

@@ -33,6 +33,7 @@ from kafka.protocol.admin import (
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.producer import WriteTxnMarkersRequest
 
+from onceflow.client.admin_security import SecurityAdmin
 from onceflow.client.arguments import check_int, check_str, check_str_mapping
 from onceflow.client.async_client import AsyncClient, ClusterMetadata, TopicInfo
 from onceflow.client.connection import BrokerConnectionError, Connection
@@ -45,6 +46,7 @@ from onceflow.client.consumer.coordinator import (
 )
 from onceflow.client.consumer.structs import OffsetAndMetadata, TopicPartition
 from onceflow.client.find_coordinator import find_coordinator
+from onceflow.client.security import ClientSecurity
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnsupportedVersion
 from onceflow.protocol.messages import ConsumerGroupDescribeRequest
 
@@ -185,16 +187,25 @@ class ClientQuotaEntry:
     values: dict[str, float]
 
 
-class AsyncAdminClient:
+class AsyncAdminClient(SecurityAdmin):
     def __init__(
         self,
         bootstrap_servers: str = "127.0.0.1:9092",
         *,
         client_id: str = "onceflow-admin",
         request_timeout_ms: int = 30000,
+        security: ClientSecurity | dict | None = None,
     ) -> None:
+        """``security``: a :class:`ClientSecurity` or its settings by Kafka's names
+        (``{"security.protocol": "SASL_SSL", "sasl.mechanism": ...}``)."""
+        if isinstance(security, dict):
+            security = ClientSecurity.from_config(security)
+        self._security = security
         self._client = AsyncClient(
-            bootstrap_servers, client_id=client_id, request_timeout_s=request_timeout_ms / 1000
+            bootstrap_servers,
+            client_id=client_id,
+            request_timeout_s=request_timeout_ms / 1000,
+            security=security,
         )
         self._client_id = client_id
         self._timeout_ms = request_timeout_ms
@@ -234,7 +245,11 @@ class AsyncAdminClient:
             await conn.close()  # failed: its socket is gone already; this reaps its read loop
             self._check_open()
         conn = await Connection.open(
-            host, port, client_id=self._client_id, request_timeout_s=self._timeout_ms / 1000
+            host,
+            port,
+            client_id=self._client_id,
+            request_timeout_s=self._timeout_ms / 1000,
+            security=self._security,
         )
         if self._closed:
             await conn.close()  # closed while we connected: close() did not see this one

@@ -19,6 +19,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from onceflow.client.arguments import check_int, check_str, check_str_mapping
 from onceflow.client.connection import DEFAULT_REQUEST_TIMEOUT_S, BrokerConnectionError, Connection
+from onceflow.client.security import ClientSecurity
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition, kafka_error
 
 log = logging.getLogger(__name__)
@@ -117,9 +118,11 @@ class AsyncClient:
         *,
         client_id: str = "onceflow",
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
+        self.security = security  # TLS / SASL settings for every connection (client.security)
         self.request_timeout_s = request_timeout_s
         self._connections: dict[tuple[str, int], Connection] = {}
         self._metadata: ClusterMetadata | None = None
@@ -158,7 +161,10 @@ class AsyncClient:
             await conn.close()
             self._check_open()
         conn = await Connection.open(
-            *address, client_id=self.client_id, request_timeout_s=self.request_timeout_s
+            *address,
+            client_id=self.client_id,
+            request_timeout_s=self.request_timeout_s,
+            security=self.security,
         )
         if self._closed:
             await conn.close()  # closed while we connected: close() did not see this one

@@ -11,6 +11,10 @@ connection, as Kafka's NetworkClient does (``handleTimedOutRequests``): a broker
 answering, or a half-open TCP connection, would otherwise be reused for ever, each request timing
 out in turn. The connection's other pending requests fail with :class:`BrokerConnectionError`, and
 whoever holds the connection opens a new one for the next request.
+
+Security (``client.security``): with TLS the socket is wrapped before anything is sent; with SASL the
+exchange runs right after ApiVersions, before the connection is handed out, and again before the
+session the broker granted ends (KIP-368), alongside the connection's other requests.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ import asyncio
 import itertools
 import logging
 import os
+import ssl
 import struct
 from collections.abc import Callable
 
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest
 
+from onceflow.client.security import ClientSecurity, authenticate, reauthentication_delay_s
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnsupportedVersion
 
 log = logging.getLogger(__name__)
@@ -75,6 +81,9 @@ class Connection:
         self.finalized_features_epoch = -1
         self._closed_error: BaseException | None = None
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        self._security: ClientSecurity | None = None
+        self._reauthentication: asyncio.TimerHandle | None = None
+        self._reauthenticating: asyncio.Task | None = None
 
     @classmethod
     async def open(
@@ -85,17 +94,29 @@ class Connection:
         client_id: str = "onceflow",
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         connect_timeout_s: float = 10.0,
+        security: ClientSecurity | None = None,
     ) -> Connection:
-        """Connect and negotiate API versions; raises :class:`BrokerConnectionError` if unreachable."""
+        """Connect, negotiate API versions and authenticate (``security``); raises
+        :class:`BrokerConnectionError` if unreachable, an authentication error if refused."""
+        context = security.ssl_context() if security is not None else None
         try:
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a task.cancel() that lands
             # as the awaited thing completes (see send()).
             async with asyncio.timeout(connect_timeout_s):
-                reader, writer = await asyncio.open_connection(host, port)
+                reader, writer = await asyncio.open_connection(
+                    host, port, ssl=context, server_hostname=host if context is not None else None
+                )
         except TimeoutError:
             raise BrokerConnectionError(
                 f"cannot connect to {host}:{port}: timed out after {connect_timeout_s}s"
             )
+        except ssl.SSLCertVerificationError as exc:
+            raise BrokerConnectionError(
+                f"cannot connect to {host}:{port}: the broker's TLS certificate is not trusted "
+                f"({exc.verify_message}; see ssl.ca.location)"
+            )
+        except ssl.SSLError as exc:
+            raise BrokerConnectionError(f"cannot connect to {host}:{port}: TLS failed ({exc.reason or exc})")
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise BrokerConnectionError(f"cannot connect to {host}:{port}: {reason}")
@@ -104,10 +125,37 @@ class Connection:
         )
         try:
             await conn._negotiate_versions()
+            if security is not None and security.uses_sasl:
+                conn._security = security
+                conn._schedule_reauthentication(await authenticate(conn, security))
         except BaseException:
             await conn.close()
             raise
         return conn
+
+    def _schedule_reauthentication(self, session_lifetime_ms: int) -> None:
+        if session_lifetime_ms <= 0 or self._closed_error is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._reauthentication = loop.call_later(
+            reauthentication_delay_s(session_lifetime_ms), self._reauthenticate
+        )
+
+    def _reauthenticate(self) -> None:
+        """KIP-368: authenticate again before the session ends; other requests go on meanwhile. A
+        failure closes the connection (its owner opens a new one)."""
+        self._reauthentication = None
+
+        async def run() -> None:
+            assert self._security is not None
+            try:
+                self._schedule_reauthentication(await authenticate(self, self._security))
+            except KafkaError as exc:
+                if self._closed_error is None:  # not merely closed meanwhile
+                    log.warning("re-authentication to %s:%d failed: %s", self.host, self.port, exc)
+                    self._fail(exc)
+
+        self._reauthenticating = asyncio.get_running_loop().create_task(run())
 
     @property
     def broker_versions(self) -> dict[int, tuple[int, int]]:
@@ -342,6 +390,9 @@ class Connection:
     def _mark_closed(self, exc: BaseException) -> None:
         if self._closed_error is None:
             self._closed_error = exc
+        if self._reauthentication is not None:
+            self._reauthentication.cancel()
+            self._reauthentication = None
         pending, self._pending = self._pending, {}
         for future, _decode, _what, timer in pending.values():
             timer.cancel()

@@ -24,6 +24,7 @@ from onceflow.client.async_client import (
 )
 from onceflow.client.fetch_records import READ_COMMITTED, READ_UNCOMMITTED, visible_records
 from onceflow.client.partitioner import RoundRobin, partition_for_key
+from onceflow.client.security import ClientSecurity
 from onceflow.protocol.compression import CompressionType, codec_for_name
 from onceflow.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
 from onceflow.protocol.record_codec import ProducerRecord, encode_batch
@@ -77,10 +78,20 @@ class SimpleClient:
     """Blocking client for one cluster. Use as a context manager, or call :meth:`close`."""
 
     def __init__(
-        self, bootstrap: str = "127.0.0.1:9092", *, client_id: str = "onceflow", request_timeout_s=30.0
+        self,
+        bootstrap: str = "127.0.0.1:9092",
+        *,
+        client_id: str = "onceflow",
+        request_timeout_s=30.0,
+        security: ClientSecurity | dict | None = None,
     ):
+        """``security``: TLS/SASL settings (:class:`ClientSecurity`, or Kafka-named settings)."""
+        if isinstance(security, dict):
+            security = ClientSecurity.from_config(security)
         self._runner = asyncio.Runner()
-        self._client = AsyncClient(bootstrap, client_id=client_id, request_timeout_s=request_timeout_s)
+        self._client = AsyncClient(
+            bootstrap, client_id=client_id, request_timeout_s=request_timeout_s, security=security
+        )
         self._round_robin = RoundRobin()
 
     def __enter__(self) -> SimpleClient:

@@ -30,6 +30,7 @@ from onceflow.client.admin import AsyncAdminClient
 from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AsyncClient
 from onceflow.client.connection import BrokerConnectionError
 from onceflow.client.consumer.structs import TopicPartition
+from onceflow.client.security import ClientSecurity
 from onceflow.console import browse, cluster
 from onceflow.console.metrics_feed import MetricsFeed
 from onceflow.protocol.errors import ErrorCode, KafkaError
@@ -47,6 +48,7 @@ class ConsoleSettings:
     allow_writes: bool = False
     request_timeout_ms: int = 10_000
     max_transaction_timeout_ms: int = cluster.DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+    security: ClientSecurity | None = None  # TLS/SASL settings (--command-config)
 
 
 class ConsoleError(Exception):
@@ -72,7 +74,10 @@ def create_app(settings: ConsoleSettings) -> Starlette:
     @contextlib.asynccontextmanager
     async def admin() -> AsyncIterator[AsyncAdminClient]:
         client = AsyncAdminClient(
-            settings.bootstrap, client_id="onceflow-console", request_timeout_ms=settings.request_timeout_ms
+            settings.bootstrap,
+            client_id="onceflow-console",
+            request_timeout_ms=settings.request_timeout_ms,
+            security=settings.security,
         )
         try:
             await client.__aenter__()
@@ -127,6 +132,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
             settings.bootstrap,
             client_id="onceflow-console",
             request_timeout_s=settings.request_timeout_ms / 1000,
+            security=settings.security,
         )
         try:
             page = await browse.browse(client, name, query)

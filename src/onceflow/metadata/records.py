@@ -12,10 +12,12 @@ BrokerRegistrationChangeRecord v0 (fencing) or v1 (controlled shutdown), the res
 Kafka defines is read, so a Kafka 3.7+ log decodes too (its directory and ELR fields are kept in the
 record and ignored by the image).
 
-Not here yet: the ACL, SCRAM and delegation-token records (AccessControlEntryRecord 6,
-RemoveAccessControlEntryRecord 16, UserScramCredentialRecord 11, RemoveUserScramCredentialRecord 22,
-DelegationTokenRecord 18, RemoveDelegationTokenRecord 19) wait for the security work; metadata
-transactions (BeginTransactionRecord 23 ...) and RegisterControllerRecord 27 (KIP-919) are not used.
+The ACL and SCRAM records (AccessControlEntryRecord 18, RemoveAccessControlEntryRecord 19,
+UserScramCredentialRecord 11, RemoveUserScramCredentialRecord 22) are defined for the security
+stores' move into the log (today they persist in the data dir, see ``broker/security``); the image
+does not replay them yet. Not here: the delegation-token records (DelegationTokenRecord 10,
+RemoveDelegationTokenRecord 26), metadata transactions (BeginTransactionRecord 23 ...) and
+RegisterControllerRecord 27 (KIP-919).
 """
 
 from __future__ import annotations
@@ -249,6 +251,50 @@ class ProducerIdsRecord(MetadataRecord):
     broker_id: int = kfield("int32")
     broker_epoch: int = kfield("int64", default=-1)
     next_producer_id: int = kfield("int64", default=0)
+
+
+# ---------------------------------------------------------------- ACLs and SCRAM credentials
+
+
+@_record(18, (0, 0))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccessControlEntryRecord(MetadataRecord):
+    """One ACL binding, by its id; the codes are Kafka's (``protocol.acl_types``)."""
+
+    id: uuid.UUID = kfield("uuid")
+    resource_type: int = kfield("int8")
+    resource_name: str = kfield("string")
+    pattern_type: int = kfield("int8")
+    principal: str = kfield("string")
+    host: str = kfield("string")
+    operation: int = kfield("int8")
+    permission_type: int = kfield("int8")
+
+
+@_record(19, (0, 0))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveAccessControlEntryRecord(MetadataRecord):
+    id: uuid.UUID = kfield("uuid")
+
+
+@_record(11, (0, 0))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserScramCredentialRecord(MetadataRecord):
+    """A user's credential for one mechanism (1 SCRAM-SHA-256, 2 SCRAM-SHA-512): never the password."""
+
+    name: str = kfield("string")
+    mechanism: int = kfield("int8")
+    salt: bytes = kfield("bytes")
+    stored_key: bytes = kfield("bytes")
+    server_key: bytes = kfield("bytes")
+    iterations: int = kfield("int32")
+
+
+@_record(22, (0, 0))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveUserScramCredentialRecord(MetadataRecord):
+    name: str = kfield("string")
+    mechanism: int = kfield("int8")
 
 
 @_record(20, (0, 0))

@@ -31,7 +31,7 @@ _UINT16 = struct.Struct(">H")
 _ANY_VERSION = 0x7FFF
 _ZERO_UUID = uuid.UUID(int=0)
 
-SIMPLE_TYPES = ("int8", "int16", "int32", "int64", "uint16", "bool", "float64", "uuid", "string")
+SIMPLE_TYPES = ("int8", "int16", "int32", "int64", "uint16", "bool", "float64", "uuid", "string", "bytes")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -121,6 +121,8 @@ def _write_simple(w: SchemaWriter, kind: str, value: Any) -> None:
         w.out += _UINT16.pack(value)
     elif kind == "float64":
         w.out += _FLOAT64.pack(value)
+    elif kind == "bytes":
+        w.bytes_(value)
     else:  # pragma: no cover - a schema declaration error
         raise TypeError(f"unknown schema type {kind!r}")
 
@@ -193,6 +195,7 @@ def _reader_for_simple(kind: str) -> Callable[[SchemaReader], Any]:
         "bool": lambda r: r.int8() != 0,
         "uint16": lambda r: _UINT16.unpack(r._take(2))[0],
         "float64": lambda r: _FLOAT64.unpack(r._take(8))[0],
+        "bytes": SchemaReader.bytes_,
     }
     return readers[kind]
 

@@ -24,6 +24,7 @@ import kafka.protocol.admin as _admin
 import kafka.protocol.consumer as _consumer
 import kafka.protocol.metadata as _metadata
 import kafka.protocol.producer as _producer
+import kafka.protocol.sasl as _sasl
 from kafka.protocol.api_message import ApiMessage
 
 from onceflow.protocol import messages as _ours
@@ -41,7 +42,7 @@ RECORD_VIEWS_MIN_BYTES = 256 * 1024
 
 def _message_classes(kind: str) -> dict[int, type[ApiMessage]]:
     table: dict[int, type[ApiMessage]] = {}
-    for module in (_admin, _consumer, _metadata, _producer, _ours):
+    for module in (_admin, _consumer, _metadata, _producer, _sasl, _ours):
         for name in getattr(module, "__all__", dir(module)):
             obj = getattr(module, name)
             is_message = isinstance(obj, type) and issubclass(obj, ApiMessage) and obj is not ApiMessage

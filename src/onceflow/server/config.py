@@ -4,7 +4,9 @@
 ``controller.quorum.voters`` (``1@127.0.0.1:19093,2@...``), ``listeners`` (``NAME://host:port,...``),
 ``advertised.listeners``, ``controller.listener.names``, ``inter.broker.listener.name`` and
 ``listener.security.protocol.map`` are checked here, with Kafka's rules (``KafkaConfig``), each broken
-rule one line naming the setting. Every other key is left to its owner: ``controller.quorum.*`` to the
+rule one line naming the setting. Broker listeners may use any of Kafka's four security protocols
+(``server.security`` checks what each needs); controller listeners, and the inter-broker listener of a
+cluster, are PLAINTEXT so far. Every other key is left to its owner: ``controller.quorum.*`` to the
 Raft layer, the broker's settings (``num.partitions``, ``log.retention.ms`` ...) to ``BrokerConfig``.
 
 With no ``process.roles`` the node is the **single-node default**: a combined broker and controller,
@@ -342,6 +344,12 @@ def server_config(
             f"inter.broker.listener.name {inter_broker} is not one of the broker listeners "
             f"({', '.join(lst.name for lst in broker_listeners)})"
         )
+    inter_protocol = next(lst.security_protocol for lst in broker_listeners if lst.name == inter_broker)
+    if inter_protocol != PLAINTEXT:
+        raise ConfigError(
+            f"inter.broker.listener.name {inter_broker} uses {inter_protocol}; brokers reach each other "
+            "over PLAINTEXT only so far (give them a PLAINTEXT listener on a private network)"
+        )
     advertised = _advertised(properties, broker_listeners, protocols, controller_names)
     return ServerConfig(
         node_id=node_id,
@@ -368,9 +376,10 @@ def _with_protocols(
                     "listener.security.protocol.map"
                 )
             protocol = PLAINTEXT  # Kafka lets an unmapped controller listener be PLAINTEXT
-        if protocol != PLAINTEXT:
+        if protocol != PLAINTEXT and listener.name in controller_names:
             raise ConfigError(
-                f"listener {listener.name} uses {protocol}; onceflow serves PLAINTEXT listeners only so far"
+                f"controller listener {listener.name} uses {protocol}; controllers serve PLAINTEXT only so "
+                "far (keep the controller listener on a private network)"
             )
         result.append(Listener(listener.name, listener.host, listener.port, protocol))
     return tuple(result)

@@ -16,6 +16,9 @@ Start order (each step needs the one before):
 Stop (SIGTERM, Ctrl-C): a broker of a cluster first shuts down under control (its leaderships move
 to other brokers, bounded by ``controlled.shutdown`` time), then stops accepting and closes its logs;
 the controller and the quorum stop last. A single node has nobody to hand over to and stops at once.
+
+With ``metrics.port`` set, every node serves its own Prometheus ``/metrics`` (``broker.metrics``):
+its broker's, its controller's and its quorum's, from the moment its data dir is locked.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 from onceflow.broker.cluster_metadata import ClusterMetadata
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.data_dir_lock import DataDirLock, lock_data_dir
+from onceflow.broker.metrics import serve_metrics
 from onceflow.broker.server import Broker
 from onceflow.controller.config import ControllerConfig
 from onceflow.controller.quorum_controller import QuorumController
@@ -49,6 +53,7 @@ from onceflow.server.peer_connections import PeerConnections
 from onceflow.server.producer_id_blocks import ControllerProducerIds
 from onceflow.server.quorum import LocalQuorum
 from onceflow.server.replication import NodeReplication
+from onceflow.server.security import broker_security
 from onceflow.server.topic_admin import AsyncTopicAdmin, LocalTopicAdmin
 from onceflow.server.txn_markers import ClusterMarkerWriter
 from onceflow.server.txn_router import TransactionRouter
@@ -109,6 +114,7 @@ class Node:
         self.controller_listener: ControllerListener | None = None
         self.peers: PeerConnections | None = None
         self.replication: NodeReplication | None = None
+        self.metrics_endpoint: Any = None  # broker.metrics' endpoint, when metrics.port is set
         self._log_opener = log_opener
         self._quorum_factory = quorum_factory
         self._own_broker_registered = False
@@ -145,11 +151,21 @@ class Node:
     async def _start(self) -> None:
         server, config = self.server, self.config
         broker_listeners = server.broker_listeners()
+        if server.is_broker:
+            broker_security(server, config.security)  # ConfigError: what a cluster cannot do yet
         self.broker = Broker(
             config,
             log_opener=self._log_opener,
             listeners=[(lst.name, lst.host, lst.port) for lst in broker_listeners],
+            protocols={lst.name: lst.security_protocol for lst in broker_listeners},
         )
+        # A cluster's brokers keep no SCRAM credentials of their own (server.security).
+        self.broker.keeps_credentials = server.single_node
+        if self.broker.metrics is not None:
+            # First: a metrics port that cannot be bound stops the start at once. What is not there
+            # yet (the quorum, the broker's services) is left out of a scrape until it is.
+            self.broker.metrics.node = self
+            self.metrics_endpoint = serve_metrics(self.broker)
         topics = self.broker.topics
         wanted = None if server.single_node else (server.cluster_id or derived_cluster_id(server.voters))
         topics.load_identity(wanted)
@@ -352,6 +368,9 @@ class Node:
         await self._stop_parts()
 
     async def _stop_parts(self) -> None:
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
+            self.metrics_endpoint = None
         if self.lifecycle is not None:
             await self.lifecycle.stop()
         if self.replication is not None:

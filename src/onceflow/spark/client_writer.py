@@ -15,6 +15,7 @@ import logging
 from collections.abc import Collection
 
 from onceflow.client import Consumer, Producer
+from onceflow.client.security import ClientSecurity
 from onceflow.spark.exactly_once import OutputChunk, OutputRecord, decode_marker
 from onceflow.spark.sink_options import SinkOptions, producer_settings
 
@@ -49,6 +50,7 @@ class ClientTransactionalWriter:
                 "group.id": self.transactional_id,
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
+                **_security_settings(self._options.extra),
             }
         )
         try:
@@ -89,3 +91,9 @@ class ClientTransactionalWriter:
 
     def close(self) -> None:
         self._producer.close()
+
+
+def _security_settings(extra) -> dict:
+    """The sink's TLS / SASL options (``kafka.security.protocol``, ...) for its marker consumer."""
+    security = ClientSecurity.from_config(extra)
+    return security.as_settings() if security is not None else {}

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from onceflow.client import AsyncClient, BrokerConnectionError
 from onceflow.client.async_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from onceflow.client.security import ClientSecurity
 from onceflow.protocol.errors import COORDINATOR_MOVED, ErrorCode, KafkaError, UnknownTopicOrPartition
 from onceflow.spark.offsets import PartitionOffsets, TopicPartition
 from onceflow.spark.options import SourceOptions
@@ -38,8 +39,16 @@ _RETRIABLE = COORDINATOR_MOVED | {
 class BlockingCluster:
     """Blocking access to one cluster for the source and sink. Close it when done."""
 
-    def __init__(self, bootstrap: str, *, client_id: str = "onceflow-spark", request_timeout_s=30.0):
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "onceflow-spark",
+        request_timeout_s=30.0,
+        security: ClientSecurity | None = None,
+    ):
         self.bootstrap = bootstrap
+        self._security = security  # TLS / SASL (the kafka.security.protocol, kafka.sasl.* options)
         self._client_id = client_id
         self._timeout = request_timeout_s
         # A plain loop, not asyncio.Runner: Runner.run installs and checks a SIGINT handler on every
@@ -49,7 +58,12 @@ class BlockingCluster:
         self.client = self._new_client()
 
     def _new_client(self) -> AsyncClient:
-        return AsyncClient(self.bootstrap, client_id=self._client_id, request_timeout_s=self._timeout)
+        return AsyncClient(
+            self.bootstrap,
+            client_id=self._client_id,
+            request_timeout_s=self._timeout,
+            security=self._security,
+        )
 
     def __enter__(self) -> BlockingCluster:
         return self

@@ -6,8 +6,11 @@ judged when the query is defined, by the same rules on both sides:
 
 - settings Spark's connector itself refuses (``auto.offset.reset``, the (de)serializers,
   ``enable.auto.commit``, ``interceptor.classes``) are refused with Spark's reason;
-- security settings (``security.protocol`` other than PLAINTEXT, ``ssl.*``, ``sasl.*``) are refused:
-  the onceflow client connects in plaintext only;
+- security settings are the onceflow client's (``client.security``): ``security.protocol``,
+  ``sasl.mechanism``, ``sasl.username`` / ``sasl.password`` or ``sasl.jaas.config``,
+  ``ssl.truststore.location`` / ``ssl.ca.location`` and the client's certificate and key, all PEM;
+  any other ``ssl.*`` / ``sasl.*`` setting (Kerberos, JKS stores) is refused, and the values are
+  checked here (``security_settings``);
 - a name that is no Kafka client setting is refused, with the nearest one suggested (Kafka's client
   would only log it, and a misspelt setting silently keeps its default);
 - a Kafka setting the onceflow side does not use is named in a warning;
@@ -20,9 +23,15 @@ import difflib
 import logging
 from collections.abc import Mapping
 
+from onceflow.client.security import SETTINGS, ClientSecurity, is_security_setting
+from onceflow.protocol.errors import InvalidConfig
+
 log = logging.getLogger(__name__)
 
-__all__ = ["CONSUMER_CONFIGS", "PRODUCER_CONFIGS", "kafka_settings"]
+__all__ = ["CONSUMER_CONFIGS", "PRODUCER_CONFIGS", "SECURITY_CONFIGS", "kafka_settings", "security_settings"]
+
+# The security settings the onceflow client takes (and the PEM store types it accepts).
+SECURITY_CONFIGS = frozenset((*SETTINGS, "ssl.truststore.type", "ssl.keystore.type"))
 
 # Kafka 4.x's client settings, by name (ConsumerConfig / ProducerConfig and the common ones they
 # define). ssl.* and sasl.* are recognised by prefix.
@@ -129,11 +138,28 @@ _SINK_REFUSED = {
 
 
 def _security_refusal(key: str, value: str) -> str | None:
-    if key == "security.protocol" and value.strip().upper() == "PLAINTEXT":
+    if is_security_setting(key):
         return None
-    if key == "security.protocol" or key.startswith(("ssl.", "sasl.")) or key == "security.providers":
-        return "the onceflow client connects in plaintext only (no TLS or SASL)"
+    if key.startswith(("ssl.", "sasl.")) or key == "security.providers":
+        return (
+            "the onceflow client takes security.protocol, sasl.mechanism, sasl.username and "
+            "sasl.password (or sasl.jaas.config), ssl.truststore.location or ssl.ca.location, "
+            "ssl.certificate.location, ssl.key.location and ssl.key.password, all PEM (no Kerberos, "
+            "no JKS stores)"
+        )
     return None
+
+
+def security_settings(settings: Mapping[str, str], side: str) -> dict[str, str]:
+    """The security settings among ``settings`` (Kafka's or librdkafka's names), checked now and given
+    under librdkafka's names (what the onceflow producer and consumer take); {} for none. Raises
+    ValueError naming what is wrong."""
+    given = {key: value for key, value in settings.items() if is_security_setting(key)}
+    try:
+        security = ClientSecurity.from_config(given)
+    except InvalidConfig as exc:
+        raise ValueError(f"the onceflow {side}'s kafka.* security options: {exc}") from None
+    return security.as_settings() if security is not None else {}
 
 
 def kafka_settings(

@@ -21,8 +21,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from onceflow.client.security import ClientSecurity
 from onceflow.client.simple import isolation_level_for_name
-from onceflow.spark.kafka_params import kafka_settings
+from onceflow.spark.kafka_params import SECURITY_CONFIGS, kafka_settings, security_settings
 from onceflow.spark.option_values import OptionReader, boolean, positive_int, time_ms
 
 log = logging.getLogger(__name__)
@@ -91,15 +92,18 @@ SOURCE_OPTIONS = {
 }
 
 # The kafka.* settings the source uses; other Kafka consumer settings are named in a warning.
-_USED_CONSUMER_SETTINGS = frozenset(
-    {
-        "bootstrap.servers",
-        "client.id",
-        "isolation.level",
-        "max.partition.fetch.bytes",
-        "request.timeout.ms",
-        "group.id",  # warned about on its own below
-    }
+_USED_CONSUMER_SETTINGS = (
+    frozenset(
+        {
+            "bootstrap.servers",
+            "client.id",
+            "isolation.level",
+            "max.partition.fetch.bytes",
+            "request.timeout.ms",
+            "group.id",  # warned about on its own below
+        }
+    )
+    | SECURITY_CONFIGS
 )
 _STREAM_ONLY = ("maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay")
 
@@ -138,6 +142,11 @@ class SourceOptions:
     fetch_offset_retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS
     client_id: str = "onceflow-spark"
     extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def security(self) -> ClientSecurity | None:
+        """TLS / SASL from the ``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*`` options."""
+        return ClientSecurity.from_config(self.extra)
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` belongs to the subscription (assign is handled by the caller). A pattern
@@ -352,6 +361,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool, warn: b
         warn=warn,
     )
     extra.pop("bootstrap.servers", None)
+    security_settings(extra, "source")  # checked now; SourceOptions.security reads them
     for name in ("max.partition.fetch.bytes", "request.timeout.ms"):
         if name in extra:
             positive_int({name: extra[name]}, name, f"kafka.{name}")

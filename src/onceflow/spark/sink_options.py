@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from onceflow.client.producer.config import ProducerConfig
 from onceflow.protocol.errors import InvalidConfig
-from onceflow.spark.kafka_params import kafka_settings
+from onceflow.spark.kafka_params import SECURITY_CONFIGS, kafka_settings, security_settings
 from onceflow.spark.option_values import OptionReader, boolean
 
 __all__ = [
@@ -95,11 +95,15 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     settings = kafka_settings(
         opts.kafka_options(),
         side="sink",
-        used=_PRODUCER_SETTINGS,
+        used=_PRODUCER_SETTINGS | SECURITY_CONFIGS,
         ignored_note="the onceflow producer has no such setting",
     )
     # Only what the producer takes: the other Kafka settings were named in a warning.
-    extra = {**SINK_PRODUCER_DEFAULTS, **{k: v for k, v in settings.items() if k in _PRODUCER_SETTINGS}}
+    extra = {
+        **SINK_PRODUCER_DEFAULTS,
+        **{k: v for k, v in settings.items() if k in _PRODUCER_SETTINGS and k not in SECURITY_CONFIGS},
+        **security_settings(settings, "sink"),  # under the names the producer takes
+    }
     extra.pop("bootstrap.servers", None)
     _check_producer_settings(extra, guarantee)
     opts.refuse_unknown()

@@ -77,6 +77,7 @@ class _ClusterHolder:
             self.options.bootstrap,
             client_id=self.options.client_id,
             request_timeout_s=self.options.request_timeout_s,
+            security=self.options.security,
         )
 
     @property

@@ -11,8 +11,14 @@ from onceflow.protocol.errors import ErrorCode
 
 T = TypeVar("T")
 
-# The broker listens on loopback only; Kafka reports member hosts in this form.
+# Kafka reports member hosts in this form ("/" and the address); for requests without a connection.
 CLIENT_HOST = "/127.0.0.1"
+
+
+def client_host(ctx: Any) -> str:
+    """The member host Kafka reports: "/" and the client's address."""
+    host = ctx.session.client_host
+    return f"/{host}" if host else CLIENT_HOST
 
 
 async def await_callback(start: Callable[[Callable[[T], None]], None]) -> T:

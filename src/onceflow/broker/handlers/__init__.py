@@ -10,6 +10,7 @@ from onceflow.broker.handlers import (
     add_partitions_to_txn,
     alter_client_quotas,
     alter_configs,
+    alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -29,6 +30,7 @@ from onceflow.broker.handlers import (
     describe_producers,
     describe_quorum,
     describe_transactions,
+    describe_user_scram_credentials,
     elect_leaders,
     end_txn,
     fetch,
@@ -47,6 +49,8 @@ from onceflow.broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
@@ -73,10 +77,14 @@ HANDLERS = [
     # client quotas (broker/quotas)
     describe_client_quotas,
     alter_client_quotas,
-    # ACLs: no authorizer, answered SECURITY_DISABLED as Kafka does without one
+    # authentication and authorization (broker/security)
+    sasl_handshake,
+    sasl_authenticate,
     describe_acls,
     create_acls,
     delete_acls,
+    describe_user_scram_credentials,
+    alter_user_scram_credentials,
     # consumer groups (broker/group)
     find_coordinator,
     join_group,

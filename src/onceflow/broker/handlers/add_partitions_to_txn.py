@@ -3,6 +3,11 @@
 v0-3 are the client's form (one transaction). v4+ batch transactions and carry ``verify_only``
 (KIP-890 part 1: a broker asks whether a partition is already in a transaction before it accepts a
 transactional write); v4+ are meant for brokers, and a verify answers per partition without writing.
+
+Authorization (Kafka's): v0-3 need WRITE on the transactional id (else every partition is
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and on each topic but the internal ones (else the transaction
+adds nothing: those partitions are TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED);
+v4+ need CLUSTER_ACTION on the cluster (else CLUSTER_AUTHORIZATION_FAILED for the request).
 """
 
 from __future__ import annotations
@@ -10,6 +15,16 @@ from __future__ import annotations
 from kafka.protocol.producer import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import (
+    CLUSTER,
+    CLUSTER_ACTION,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+    allowed_names,
+    authorize,
+)
+from onceflow.broker.topics import INTERNAL_TOPICS
 from onceflow.broker.txn.errors import wire_code
 from onceflow.broker.txn.metadata import TV_0, TV_2
 from onceflow.protocol.errors import ErrorCode, KafkaError
@@ -38,10 +53,30 @@ def _topic_results(codes: dict[tuple[str, int], ErrorCode]) -> list[_TopicResult
     return [_TopicResult(name=name, results_by_partition=results) for name, results in by_topic.items()]
 
 
+def _refusals(ctx: RequestContext, tid: str, wanted: list[tuple[str, int]]) -> dict | None:
+    """Kafka's checks of the client versions (v0-3), before anything is added."""
+    if not authorize(ctx, WRITE, TRANSACTIONAL_ID, tid):
+        return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    writable = allowed_names(ctx, WRITE, TOPIC, (t for t, _ in wanted if t not in INTERNAL_TOPICS))
+    if writable is None:
+        return None
+    denied = {tp for tp in wanted if tp[0] not in INTERNAL_TOPICS and tp[0] not in writable}
+    if not denied:
+        return None
+    return {
+        tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp in denied else ErrorCode.OPERATION_NOT_ATTEMPTED
+        for tp in wanted
+    }
+
+
 async def _add(
     ctx: RequestContext, tid: str, pid: int, epoch: int, topics, verify_only: bool, batched: bool = False
 ):
     wanted = _partitions(topics)
+    if ctx.api_version < FIRST_BATCHED_VERSION:
+        refused = _refusals(ctx, tid, wanted)
+        if refused is not None:
+            return refused
     coordinator = ctx.transactions.coordinator
     if verify_only:
         return coordinator.verify_partitions_in_txn(tid, pid, epoch, wanted)
@@ -80,6 +115,12 @@ async def handle(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> Add
         )
         return AddPartitionsToTxnResponse(
             throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(codes)
+        )
+    if not authorize(ctx, CLUSTER_ACTION, CLUSTER):
+        return AddPartitionsToTxnResponse(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+            results_by_transaction=[],
         )
     results = []
     for txn in request.transactions or []:

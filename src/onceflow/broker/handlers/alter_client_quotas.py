@@ -7,6 +7,7 @@ empty, repeated or unknown entity type, an empty name, an unknown key, a value n
 fractional byte rate, a key given twice, or an entity given twice. The valid entries are saved
 together (``quotas.store``) before the answer goes out; ``validate_only`` checks and changes nothing.
 A store that cannot be written answers KAFKA_STORAGE_ERROR for every entry that would have changed.
+Needs ALTER_CONFIGS on the cluster, else every entry is CLUSTER_AUTHORIZATION_FAILED.
 
 On a cluster broker the quotas are the metadata image's: the request goes on to the active
 controller (which checks it the same way), and the answer once this broker's image has the change.
@@ -22,6 +23,7 @@ from kafka.protocol.admin import AlterClientQuotasRequest, AlterClientQuotasResp
 from onceflow.broker.context import RequestContext
 from onceflow.broker.forwarding import forward, wait_visible
 from onceflow.broker.quotas.entities import Entity, check_ops, entity
+from onceflow.broker.security.access import ALTER_CONFIGS, CLUSTER, authorize
 from onceflow.protocol.errors import ErrorCode, InvalidRequest, KafkaError
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,8 @@ async def _forwarded(ctx: RequestContext, request, changes) -> AlterClientQuotas
 
 async def handle(ctx: RequestContext, request: AlterClientQuotasRequest) -> AlterClientQuotasResponse:
     entries = request.entries or []
+    if not authorize(ctx, ALTER_CONFIGS, CLUSTER):
+        return _answer(entries, [(int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), None)] * len(entries))
     parsed: list[Entity | None] = []
     for item in entries:
         try:
@@ -102,6 +106,10 @@ async def handle(ctx: RequestContext, request: AlterClientQuotasRequest) -> Alte
             else (code, message)
             for code, message in results
         ]
+    return _answer(entries, results)
+
+
+def _answer(entries, results: list[tuple[int, str | None]]) -> AlterClientQuotasResponse:
     return AlterClientQuotasResponse(
         throttle_time_ms=0,
         entries=[

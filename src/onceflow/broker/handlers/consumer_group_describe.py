@@ -1,5 +1,6 @@
 """ConsumerGroupDescribe (69): consumer-protocol groups (KIP-848) with their epochs, assignor, and each
-member's subscription, current and target assignment. A classic or unknown group answers
+member's subscription, current and target assignment. Each group needs DESCRIBE, else
+GROUP_AUTHORIZATION_FAILED. A classic or unknown group answers
 GROUP_ID_NOT_FOUND (Kafka's answer; clients then use DescribeGroups). Asked for, a described group's
 authorized operations are all a group supports (there is no authorizer), as in DescribeGroups.
 
@@ -12,6 +13,7 @@ from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.assignment import Assignment
 from onceflow.broker.group.consumer_groups import ConsumerGroup
+from onceflow.broker.security.access import DESCRIBE, GROUP, authorize, operations
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
@@ -39,7 +41,7 @@ def _assignment(group: ConsumerGroup, parts: Assignment) -> _Assignment:
     )
 
 
-def _describe(group: ConsumerGroup, with_operations: bool) -> _Group:
+def _describe(group: ConsumerGroup, with_operations: bool, allowed=authorized_operations.GROUP) -> _Group:
     members = [
         _Member(
             member_id=m.member_id,
@@ -65,7 +67,7 @@ def _describe(group: ConsumerGroup, with_operations: bool) -> _Group:
         assignment_epoch=group.target_epoch,
         assignor_name=group.assignor,
         members=members,
-        authorized_operations=authorized_operations.bitfield(authorized_operations.GROUP, with_operations),
+        authorized_operations=authorized_operations.bitfield(allowed, with_operations),
     )
 
 
@@ -86,10 +88,15 @@ def _failed(group_id: str, code: ErrorCode, message: str | None) -> _Group:
 async def handle(ctx: RequestContext, request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
     groups = []
     for group_id in request.group_ids or []:
+        if not authorize(ctx, DESCRIBE, GROUP, group_id):
+            groups.append(_failed(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, None))
+            continue
         try:
             group = await ctx.groups.consumer_group(group_id)
         except KafkaError as exc:
             groups.append(_failed(group_id, error_code_for(exc), str(exc)))
             continue
-        groups.append(_describe(group, bool(request.include_authorized_operations)))
+        with_operations = bool(request.include_authorized_operations)
+        allowed = operations(ctx, GROUP, group_id) if with_operations else frozenset()
+        groups.append(_describe(group, with_operations, allowed))
     return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=groups)

@@ -1,14 +1,16 @@
 """ConsumerGroupHeartbeat (68): the consumer group protocol of KIP-848. One request joins, heartbeats,
 acknowledges revocations and leaves; the answer carries the member's epoch and, when it changed, its
 assignment (topic ids and partitions). v1 (KIP-1082): the client names itself, so MemberId is never
-empty; v1 also adds a subscription regular expression."""
+empty; v1 also adds a subscription regular expression. Needs READ on the group, else
+GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group import assignment as a
 from onceflow.broker.group.consumer_groups import HeartbeatRequest
-from onceflow.broker.group.handler_support import CLIENT_HOST
+from onceflow.broker.group.handler_support import client_host
+from onceflow.broker.security.access import GROUP, READ, authorize
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
@@ -39,7 +41,7 @@ def _request(ctx: RequestContext, request: ConsumerGroupHeartbeatRequest) -> Hea
         owned=owned,
         api_version=ctx.api_version,
         client_id=ctx.client_id or "",
-        client_host=CLIENT_HOST,
+        client_host=client_host(ctx),
     )
 
 
@@ -58,6 +60,8 @@ def _error(code: ErrorCode, message: str | None) -> ConsumerGroupHeartbeatRespon
 async def handle(
     ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
 ) -> ConsumerGroupHeartbeatResponse:
+    if not authorize(ctx, READ, GROUP, request.group_id):
+        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
     try:
         result = await ctx.groups.consumer_group_heartbeat(_request(ctx, request))
     except KafkaError as exc:

@@ -1,13 +1,22 @@
-"""CreateAcls (30): every creation fails with SECURITY_DISABLED, as on a Kafka broker without an
-authorizer (see ``describe_acls``)."""
+"""CreateAcls (30): add ACL bindings (``kafka-acls --add``, ``onceflow acls add``). Needs ALTER on the
+cluster. Each creation gets its own answer: INVALID_REQUEST for a binding Kafka refuses (an ANY or
+unknown field, an empty name, a CLUSTER name other than kafka-cluster, a principal not of the form
+Type:name); the valid ones are saved together before the answer (an existing binding is no change).
+Without an authorizer every creation is SECURITY_DISABLED, as in Kafka."""
 
 from __future__ import annotations
+
+import logging
 
 from kafka.protocol.admin import CreateAclsRequest, CreateAclsResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.handlers.describe_acls import NO_AUTHORIZER
+from onceflow.broker.security.access import ALTER, CLUSTER, authorize
+from onceflow.broker.security.acls import AclBinding, check_new_binding
 from onceflow.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
 
 API_KEY = 30
 MIN_VERSION = 1
@@ -17,9 +26,47 @@ REQUEST = CreateAclsRequest
 _Result = CreateAclsResponse.AclCreationResult
 
 
-async def handle(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
-    refused = int(ErrorCode.SECURITY_DISABLED)
+def _answer(results: list[tuple[ErrorCode, str | None]]) -> CreateAclsResponse:
     return CreateAclsResponse(
-        throttle_time_ms=0,
-        results=[_Result(error_code=refused, error_message=NO_AUTHORIZER) for _ in request.creations],
+        throttle_time_ms=0, results=[_Result(error_code=int(c), error_message=m) for c, m in results]
     )
+
+
+async def handle(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
+    creations = request.creations or []
+    if not authorize(ctx, ALTER, CLUSTER):
+        return _answer([(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)] * len(creations))
+    authorizer = ctx.services.authorizer
+    if authorizer is None:
+        return _answer([(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)] * len(creations))
+    results: list[tuple[ErrorCode, str | None]] = []
+    valid = []
+    for c in creations:
+        binding = AclBinding.from_wire(
+            c.resource_type,
+            c.resource_name,
+            c.resource_pattern_type,
+            c.principal,
+            c.host,
+            c.operation,
+            c.permission_type,
+        )
+        problem = check_new_binding(binding)
+        if problem is not None:
+            results.append((ErrorCode.INVALID_REQUEST, problem))
+        else:
+            results.append((ErrorCode.NONE, None))
+            valid.append(binding)
+    try:
+        authorizer.create(valid)
+    except OSError as exc:
+        log.exception("could not save ACLs")
+        return _answer(
+            [
+                (ErrorCode.KAFKA_STORAGE_ERROR, f"could not save ACLs: {exc}") if c == 0 else (c, m)
+                for c, m in results
+            ]
+        )
+    for binding in valid:
+        log.info("ACL added by %s: %s", ctx.session.principal, binding.describe())
+    return _answer(results)

@@ -7,6 +7,10 @@ whole (POLICY_VIOLATION for each of its topics), as Kafka's controller does; and
 are not replicated (``replication_support``), a user topic may have only one replica
 (INVALID_REPLICATION_FACTOR saying so). A created topic is answered once this broker has it, with
 its configs as DescribeConfigs would give them (v5+).
+
+Authorization (Kafka's, checked here before anything goes on): CREATE on the cluster, else CREATE on
+each topic (TOPIC_AUTHORIZATION_FAILED for the others); a created topic's configs are in the answer
+only with DESCRIBE_CONFIGS on it (else its config error is TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, Dele
 from onceflow.broker.context import RequestContext
 from onceflow.broker.forwarding import forward, wait_visible
 from onceflow.broker.replication_support import replication_factor_refusal
+from onceflow.broker.security.access import CLUSTER, CREATE, DESCRIBE_CONFIGS, TOPIC, allowed_names, authorize
 from onceflow.broker.topic_configs import describe_topic_configs
 from onceflow.broker.topics import MAX_PARTITIONS_PER_REQUEST
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
@@ -65,6 +70,14 @@ def _with_described_configs(ctx: RequestContext, result, overrides: dict[str, st
     ]
 
 
+def _without_configs(result) -> None:
+    """A created topic whose configs the principal may not see (no DESCRIBE_CONFIGS on it)."""
+    result.topic_config_error_code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    result.num_partitions = -1
+    result.replication_factor = -1
+    result.configs = []
+
+
 async def _undo_if_unopened(ctx: RequestContext, topic, answers: dict) -> None:
     """A created topic whose logs this broker could not open (no descriptor or disk space left) is
     deleted again and answered KAFKA_STORAGE_ERROR: nothing half-made stays behind."""
@@ -96,8 +109,20 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
             topics=[_failed(topic.name, ErrorCode.POLICY_VIOLATION, message) for topic in request.topics],
         )
     original = list(request.topics)
+    names = [t.name for t in original]
+    creatable = (
+        None
+        if authorize(ctx, CREATE, CLUSTER, log_denied=False)
+        else allowed_names(ctx, CREATE, TOPIC, names)
+    )
+    describable = allowed_names(ctx, DESCRIBE_CONFIGS, TOPIC, names, log_denied=False)
     refused = {}
     for topic in original:
+        if creatable is not None and topic.name not in creatable:
+            refused[id(topic)] = _failed(
+                topic.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed."
+            )
+            continue
         message = replication_factor_refusal(ctx, topic)
         if message is not None:
             refused[id(topic)] = _failed(topic.name, ErrorCode.INVALID_REPLICATION_FACTOR, message)
@@ -127,7 +152,9 @@ async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTop
         result = refused.get(id(topic)) or answers.get(id(topic))
         if result is None:
             continue
-        if result.error_code == 0 and ctx.api_version >= 5:
+        if result.error_code == 0 and describable is not None and topic.name not in describable:
+            _without_configs(result)
+        elif result.error_code == 0 and ctx.api_version >= 5:
             _with_described_configs(ctx, result, {c.name: c.value for c in topic.configs})
         results.append(result)
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)

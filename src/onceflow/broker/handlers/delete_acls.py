@@ -1,13 +1,21 @@
-"""DeleteAcls (31): every filter fails with SECURITY_DISABLED and matches nothing, as on a Kafka
-broker without an authorizer (see ``describe_acls``)."""
+"""DeleteAcls (31): remove every ACL each filter matches (``kafka-acls --remove``, ``onceflow acls
+remove``), answering with what each filter matched. Needs ALTER on the cluster; a filter with an
+unknown field is INVALID_REQUEST; the removals are saved before the answer. Without an authorizer
+every filter fails with SECURITY_DISABLED and matches nothing, as in Kafka."""
 
 from __future__ import annotations
+
+import logging
 
 from kafka.protocol.admin import DeleteAclsRequest, DeleteAclsResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.handlers.describe_acls import NO_AUTHORIZER
+from onceflow.broker.security.access import ALTER, CLUSTER, authorize
+from onceflow.broker.security.acls import AclBindingFilter
 from onceflow.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
 
 API_KEY = 31
 MIN_VERSION = 1
@@ -15,14 +23,75 @@ MAX_VERSION = 3
 REQUEST = DeleteAclsRequest
 
 _Result = DeleteAclsResponse.DeleteAclsFilterResult
+_Matching = _Result.DeleteAclsMatchingAcl
 
 
-async def handle(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
-    refused = int(ErrorCode.SECURITY_DISABLED)
+def _failed(count: int, code: ErrorCode, message: str | None) -> DeleteAclsResponse:
     return DeleteAclsResponse(
         throttle_time_ms=0,
         filter_results=[
-            _Result(error_code=refused, error_message=NO_AUTHORIZER, matching_acls=[])
-            for _ in request.filters
+            _Result(error_code=int(code), error_message=message, matching_acls=[]) for _ in range(count)
         ],
     )
+
+
+async def handle(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
+    filters = request.filters or []
+    if not authorize(ctx, ALTER, CLUSTER):
+        return _failed(len(filters), ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+    authorizer = ctx.services.authorizer
+    if authorizer is None:
+        return _failed(len(filters), ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+    parsed = [
+        AclBindingFilter.from_wire(
+            f.resource_type_filter,
+            f.resource_name_filter,
+            f.pattern_type_filter,
+            f.principal_filter,
+            f.host_filter,
+            f.operation,
+            f.permission_type,
+        )
+        for f in filters
+    ]
+    valid = [f for f in parsed if not f.unknown]
+    try:
+        matched = iter(authorizer.delete(valid))
+    except OSError as exc:
+        log.exception("could not save ACLs")
+        return _failed(len(filters), ErrorCode.KAFKA_STORAGE_ERROR, f"could not save ACLs: {exc}")
+    results = []
+    for acl_filter in parsed:
+        if acl_filter.unknown:
+            results.append(
+                _Result(
+                    error_code=int(ErrorCode.INVALID_REQUEST),
+                    error_message="Unknown filter field",
+                    matching_acls=[],
+                )
+            )
+            continue
+        acls = next(matched)
+        for acl in acls:
+            log.info("ACL removed by %s: %s", ctx.session.principal, acl.describe())
+        results.append(
+            _Result(
+                error_code=0,
+                error_message=None,
+                matching_acls=[
+                    _Matching(
+                        error_code=0,
+                        error_message=None,
+                        resource_type=int(acl.resource_type),
+                        resource_name=acl.name,
+                        pattern_type=int(acl.pattern_type),
+                        principal=acl.principal,
+                        host=acl.host,
+                        operation=int(acl.operation),
+                        permission_type=int(acl.permission),
+                    )
+                    for acl in acls
+                ],
+            )
+        )
+    return DeleteAclsResponse(throttle_time_ms=0, filter_results=results)

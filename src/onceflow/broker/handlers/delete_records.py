@@ -7,7 +7,8 @@ coordinators' state); an unknown partition is UNKNOWN_TOPIC_OR_PARTITION. (Kafka
 topics with POLICY_VIOLATION; onceflow's only cleanup.policy is ``delete``.) An offset below the
 current start changes nothing. The answer's low watermark is the log start afterwards (-1 with an
 error). The new start is durable before the answer (``Log.delete_records_before``); there are no
-replicas to wait for, so ``timeout_ms`` is unused.
+replicas to wait for, so ``timeout_ms`` is unused. Each topic needs DELETE, else
+TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.protocol.errors import InvalidTopic, KafkaError, error_code_for
+from onceflow.broker.security.access import DELETE, TOPIC, allowed_names
+from onceflow.protocol.errors import ErrorCode, InvalidTopic, KafkaError, error_code_for
 
 API_KEY = 21
 MIN_VERSION = 0
@@ -48,8 +50,18 @@ def _partition(ctx: RequestContext, topic: str, part) -> _PartitionResult:
 
 
 async def handle(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    deletable = allowed_names(ctx, DELETE, TOPIC, (t.name for t in request.topics))
+    denied = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     topics = [
-        _TopicResult(name=t.name, partitions=[_partition(ctx, t.name, p) for p in t.partitions])
+        _TopicResult(
+            name=t.name,
+            partitions=[
+                _PartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=denied)
+                if deletable is not None and t.name not in deletable
+                else _partition(ctx, t.name, p)
+                for p in t.partitions
+            ],
+        )
         for t in request.topics
     ]
     return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)

@@ -4,7 +4,8 @@
 The filter is Kafka's: per entity type, an exact name, the default, or any specified entity; with
 ``strict`` an entity must have exactly the filtered types. A bad filter (a type twice, a match string
 where none belongs, ip mixed with user or client-id) is INVALID_REQUEST; an unknown entity type is
-UNSUPPORTED_VERSION, as in Kafka.
+UNSUPPORTED_VERSION, as in Kafka. Needs DESCRIBE_CONFIGS on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from kafka.protocol.admin import DescribeClientQuotasRequest, DescribeClientQuot
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.quotas.entities import Filter
+from onceflow.broker.security.access import CLUSTER, DESCRIBE_CONFIGS, authorize
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 API_KEY = 48
@@ -24,6 +26,13 @@ _Entry = DescribeClientQuotasResponse.EntryData
 
 
 async def handle(ctx: RequestContext, request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse:
+    if not authorize(ctx, DESCRIBE_CONFIGS, CLUSTER):
+        return DescribeClientQuotasResponse(
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+            error_message=None,
+            entries=None,
+        )
     try:
         quota_filter = Filter(
             ((c.entity_type, c.match_type, c.match) for c in request.components or []), bool(request.strict)

@@ -1,6 +1,7 @@
 """DescribeCluster (60): the cluster id, the controller and the brokers, from the metadata image:
 each registered broker's endpoint on the listener the request came in on (fenced ones only from v2
-when asked, with ``is_fenced``)."""
+when asked, with ``is_fenced``). Anyone may ask; the cluster's authorized operations need DESCRIBE on
+it (else 0)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 
 from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import CLUSTER, DESCRIBE, authorize, operations
 from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 60
@@ -48,6 +50,7 @@ async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> Descri
             ErrorCode.MISMATCHED_ENDPOINT_TYPE,
             "this endpoint is a broker; it describes broker endpoints only",
         )
+    asked = bool(request.include_cluster_authorized_operations)
     include_fenced = ctx.api_version >= 2 and bool(getattr(request, "include_fenced_brokers", False))
     brokers = []
     for broker_id in sorted(ctx.metadata.image.brokers):
@@ -73,6 +76,6 @@ async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> Descri
         controller_id=ctx.metadata.controller_id(),
         brokers=brokers,
         authorized_operations=authorized_operations.reported(
-            authorized_operations.CLUSTER, bool(request.include_cluster_authorized_operations)
+            operations(ctx, CLUSTER) if asked and authorize(ctx, DESCRIBE, CLUSTER) else frozenset(), asked
         ),
     )

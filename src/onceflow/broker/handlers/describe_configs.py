@@ -1,10 +1,13 @@
-"""DescribeConfigs (32): topic configs (defaults and overrides, marked by source) and broker configs."""
+"""DescribeConfigs (32): topic configs (defaults and overrides, marked by source) and broker configs.
+A topic needs DESCRIBE_CONFIGS on it (else TOPIC_AUTHORIZATION_FAILED), the broker DESCRIBE_CONFIGS on
+the cluster (else CLUSTER_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import CLUSTER, DESCRIBE_CONFIGS, TOPIC, authorize
 from onceflow.broker.topic_configs import DescribedConfig, describe_broker_configs, describe_topic_configs
 from onceflow.protocol.errors import (
     ErrorCode,
@@ -29,6 +32,17 @@ _Synonym = _Entry.DescribeConfigsSynonym
 
 
 def _configs_of(ctx: RequestContext, resource) -> list[DescribedConfig]:
+    if resource.resource_type == RESOURCE_TOPIC and not authorize(
+        ctx, DESCRIBE_CONFIGS, TOPIC, resource.resource_name
+    ):
+        raise KafkaError(
+            f"not authorized to describe the configs of topic {resource.resource_name!r}",
+            ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        )
+    if resource.resource_type == RESOURCE_BROKER and not authorize(ctx, DESCRIBE_CONFIGS, CLUSTER):
+        raise KafkaError(
+            "not authorized to describe the broker's configs", ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        )
     if resource.resource_type == RESOURCE_TOPIC:
         topic = ctx.topics.get(resource.resource_name)
         if topic is None:

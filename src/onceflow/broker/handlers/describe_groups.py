@@ -1,4 +1,5 @@
-"""DescribeGroups (15): state, protocol and members (with metadata and assignment when Stable)."""
+"""DescribeGroups (15): state, protocol and members (with metadata and assignment when Stable). Each
+group needs DESCRIBE, else GROUP_AUTHORIZATION_FAILED; its authorized operations are the authorizer's."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsRes
 
 from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import DESCRIBE, GROUP, authorize, operations
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 15
@@ -19,6 +21,16 @@ _NOT_REQUESTED = None  # kafka-python encodes None as the -2^31 marker
 
 
 async def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -> _Group:
+    if not authorize(ctx, DESCRIBE, GROUP, group_id):
+        return _Group(
+            error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+            group_id=group_id,
+            group_state="",
+            protocol_type="",
+            protocol_data="",
+            members=[],
+            authorized_operations=_NOT_REQUESTED,
+        )
     try:
         d = await ctx.groups.describe_group(group_id)
     except KafkaError as exc:
@@ -51,7 +63,9 @@ async def _describe(ctx: RequestContext, group_id: str, with_operations: bool) -
             for m in d.members
         ],
         # Only a group described without an error gets its operations (v3+), as in Kafka.
-        authorized_operations=authorized_operations.reported(authorized_operations.GROUP, with_operations),
+        authorized_operations=authorized_operations.reported(
+            operations(ctx, GROUP, group_id) if with_operations else frozenset(), with_operations
+        ),
     )
 
 

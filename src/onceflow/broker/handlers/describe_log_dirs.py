@@ -5,7 +5,8 @@ monitoring tools ask.
 As Kafka: a null topic list means every topic (internal ones included); partitions the broker does not
 have a log of (on a cluster: those other brokers hold) are left out rather than refused. Per partition: the bytes of its segments, an offset lag of 0
 (one replica: the log end is the high watermark) and never a future log (no AlterReplicaLogDirs).
-From v4 the volume's total and usable bytes (Kafka's ``getTotalSpace`` / ``getUsableSpace``).
+From v4 the volume's total and usable bytes (Kafka's ``getTotalSpace`` / ``getUsableSpace``). Needs
+DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED and no results.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import os
 from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import CLUSTER, DESCRIBE, authorize
+from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 35
 MIN_VERSION = 0
@@ -45,6 +48,10 @@ def _wanted(ctx: RequestContext, request: DescribeLogDirsRequest) -> dict[str, l
 
 
 async def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    if not authorize(ctx, DESCRIBE, CLUSTER):
+        return DescribeLogDirsResponse(
+            throttle_time_ms=0, error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), results=[]
+        )
     topics = [
         _TopicResult(
             name=name,

@@ -2,7 +2,8 @@
 
 Per producer: id, epoch, last sequence (-1 when no batch of the current epoch is cached), last
 timestamp, coordinator epoch and the first offset of its open transaction (-1 if none). A topic or
-partition we do not have gets UNKNOWN_TOPIC_OR_PARTITION, as in Kafka.
+partition we do not have gets UNKNOWN_TOPIC_OR_PARTITION, as in Kafka. Each topic needs READ, else
+its partitions are TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 from kafka.protocol.admin import DescribeProducersRequest, DescribeProducersResponse
 
 from onceflow.broker.context import RequestContext
-from onceflow.protocol.errors import KafkaError, error_code_for
+from onceflow.broker.security.access import READ, TOPIC, allowed_names
+from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 61
 MIN_VERSION = 0
@@ -52,9 +54,19 @@ def _partition(ctx: RequestContext, topic: str, index: int) -> _PartitionRespons
 
 
 async def handle(ctx: RequestContext, request: DescribeProducersRequest) -> DescribeProducersResponse:
+    readable = allowed_names(ctx, READ, TOPIC, (t.name for t in request.topics))
+    denied = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     topics = [
         _TopicResponse(
-            name=topic.name, partitions=[_partition(ctx, topic.name, i) for i in topic.partition_indexes]
+            name=topic.name,
+            partitions=[
+                _PartitionResponse(
+                    partition_index=i, error_code=denied, error_message=None, active_producers=[]
+                )
+                if readable is not None and topic.name not in readable
+                else _partition(ctx, topic.name, i)
+                for i in topic.partition_indexes
+            ],
         )
         for topic in request.topics
     ]

@@ -1,12 +1,14 @@
 """DescribeQuorum (55): the metadata quorum's leader, epoch, high watermark, and each voter's and
 observer's log end offset and last fetch, as the quorum's leader knows them (``kafka-metadata-quorum
-describe``, ``onceflow metadata-quorum describe``). A broker asks the leader (``ctx.controller``)."""
+describe``, ``onceflow metadata-quorum describe``). A broker asks the leader (``ctx.controller``).
+Needs DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
 from kafka.protocol.admin import DescribeQuorumRequest, DescribeQuorumResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import CLUSTER, DESCRIBE, authorize
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.internal_topics import CLUSTER_METADATA_TOPIC
 
@@ -62,6 +64,8 @@ def error_response(code: ErrorCode, message: str | None = None) -> DescribeQuoru
 
 
 async def handle(ctx: RequestContext, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
+    if not authorize(ctx, DESCRIBE, CLUSTER):
+        return error_response(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
         return await ctx.controller.describe_quorum(ctx.api_version)
     except KafkaError as exc:

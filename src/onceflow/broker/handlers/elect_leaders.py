@@ -3,7 +3,8 @@ controller (``broker.forwarding``; its rules are in docs/controller.md): ELECTIO
 partition already led as asked, UNKNOWN_TOPIC_OR_PARTITION for one that does not exist. A null
 partition list asks for every partition, and then, as in Kafka, partitions that need no election are
 left out of the answer. An election type other than preferred or unclean fails the whole request
-with INVALID_REQUEST, here, before anything is sent on."""
+with INVALID_REQUEST, here, before anything is sent on. Needs ALTER on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED for the request and each partition."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.forwarding import forward
+from onceflow.broker.security.access import ALTER, CLUSTER, authorize
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 43
@@ -38,6 +40,12 @@ async def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLead
     # v0 has no election type: it always asks for the preferred leader.
     election_type = request.election_type if ctx.api_version >= 1 else PREFERRED
     wanted = request.topic_partitions
+    if not authorize(ctx, ALTER, CLUSTER):
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        results = [_answer(t.topic, [(p, denied, None) for p in t.partitions]) for t in wanted or []]
+        return ElectLeadersResponse(
+            throttle_time_ms=0, error_code=int(denied), replica_election_results=results
+        )
     if election_type not in (PREFERRED, UNCLEAN):
         message = f"Unknown election type {election_type}"
         results = [

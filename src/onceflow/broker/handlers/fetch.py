@@ -14,6 +14,10 @@ which partitions to read (the request's, or all of an incremental fetch's sessio
 what to answer: every partition and maybe a new session id for a full fetch, only the partitions
 with something to say for an incremental one, or a session error at once. Fetch v4-6 have no
 session fields and are served sessionless, as Kafka's ``FetchMetadata.LEGACY``.
+
+Authorization (Kafka's): a consumer needs READ on each topic it fetches, a follower (replica id >= 0)
+CLUSTER_ACTION on the cluster; a partition it may not read is answered TOPIC_AUTHORIZATION_FAILED
+at once, with the session's other partitions.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from onceflow.broker.fetch_session import (
 )
 from onceflow.broker.replica import follower_fetch
 from onceflow.broker.replica.partition import leader_epoch_error
+from onceflow.broker.security.access import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed_names, authorize
 from onceflow.broker.topics import Partition
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
@@ -119,6 +124,7 @@ class _FetchPass:
         request: FetchRequest,
         to_read: list[tuple[PartitionKey, PartitionRequest]],
         by_id: bool,
+        unreadable: frozenset = frozenset(),
     ) -> None:
         self.results: list[tuple[PartitionKey, _PartitionData]] = []
         self.bytes_read = 0
@@ -127,6 +133,10 @@ class _FetchPass:
         read_committed = request.isolation_level == READ_COMMITTED
         remaining = request.max_bytes
         for key, part_req in to_read:
+            if key[0] in unreadable:
+                self.has_error = True
+                self.results.append((key, _error_partition(key[1], ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
+                continue
             partition, code = _resolve(ctx, key, by_id)
             if partition is None:
                 self.has_error = True
@@ -198,10 +208,11 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             throttle_time_ms=0, error_code=int(context.error), session_id=INVALID_SESSION_ID, responses=[]
         )
     by_id = session_request.uses_topic_ids
+    unreadable = _unreadable(ctx, context.partitions, by_id, session_request.privileged)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, request.max_wait_ms) / 1000.0
     while True:
-        result = _FetchPass(ctx, request, context.partitions, by_id)
+        result = _FetchPass(ctx, request, context.partitions, by_id, unreadable)
         remaining = deadline - loop.time()
         if (
             result.has_error
@@ -212,12 +223,29 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             break
         await _wait_for_data(loop, result.partitions, remaining)
     answer = context.respond(result.results, _now_ms())
+    if ctx.services.metrics is not None:  # BrokerTopicMetrics: partitions read, bytes out
+        ctx.services.metrics.topics.fetched(result.results, answer.partitions)
     return FetchResponse(
         throttle_time_ms=0,
         error_code=int(answer.error_code),
         session_id=answer.session_id,
         responses=_topic_responses(answer.partitions, by_id),
     )
+
+
+def _unreadable(ctx: RequestContext, partitions, by_id: bool, from_follower: bool) -> frozenset:
+    """The topic keys (names, or ids from v13) of the fetch the principal may not read."""
+    if ctx.services.authorizer is None:
+        return frozenset()
+    keys = {key[0] for key, _ in partitions}
+    if from_follower:
+        return frozenset() if authorize(ctx, CLUSTER_ACTION, CLUSTER) else frozenset(keys)
+    names = {}
+    for key in keys:
+        topic = ctx.topics.get_by_id(key) if by_id else None
+        names[key] = topic.name if topic is not None else (None if by_id else key)
+    readable = allowed_names(ctx, READ, TOPIC, names.values()) or frozenset()
+    return frozenset(key for key, name in names.items() if name is not None and name not in readable)
 
 
 def _topic_responses(results: list[tuple[PartitionKey, _PartitionData]], by_id: bool) -> list[_TopicResponse]:

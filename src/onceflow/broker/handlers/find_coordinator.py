@@ -10,7 +10,9 @@ FindCoordinator; while the cluster has fewer live brokers than that, or a partit
 right now, the answer is COORDINATOR_NOT_AVAILABLE (the client asks again).
 
 v0-3 ask for one key; v4+ batch them (``coordinator_keys``, KIP-699). Key type 0 is a group,
-1 a transactional id; anything else is INVALID_REQUEST.
+1 a transactional id; anything else is INVALID_REQUEST. A group key needs DESCRIBE on the group (else
+GROUP_AUTHORIZATION_FAILED), a transactional id DESCRIBE on it (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from onceflow.broker.context import RequestContext
 from onceflow.broker.coordinator.partitioning import partition_for_key
 from onceflow.broker.forwarding import create_topics_now
 from onceflow.broker.group.config import GroupCoordinatorConfig
+from onceflow.broker.security.access import DESCRIBE, GROUP, TRANSACTIONAL_ID, authorize
 from onceflow.broker.topics import INTERNAL_TOPIC_CONFIGS
 from onceflow.protocol.errors import ErrorCode
 from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -34,6 +37,15 @@ GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 
 _Coordinator = FindCoordinatorResponse.Coordinator
+
+
+def _refusal(ctx: RequestContext, key_type: int, key: str | None) -> ErrorCode | None:
+    """Kafka's check, before anything is located or created: DESCRIBE on the group or id."""
+    if key_type == GROUP_KEY_TYPE and not authorize(ctx, DESCRIBE, GROUP, key):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
+    if key_type == TRANSACTION_KEY_TYPE and not authorize(ctx, DESCRIBE, TRANSACTIONAL_ID, key):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return None
 
 
 def _topic_for(ctx: RequestContext, key_type: int) -> tuple[str, int, int, dict[str, str]]:
@@ -79,6 +91,9 @@ def _locate(
     ctx: RequestContext, key_type: int, key: str
 ) -> tuple[ErrorCode, str | None, tuple[int, str, int]]:
     none = (-1, "", -1)
+    refused = _refusal(ctx, key_type, key)
+    if refused is not None:
+        return refused, None, none
     if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
         return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}", none
     name, *_spec = _topic_for(ctx, key_type)
@@ -95,8 +110,11 @@ def _locate(
 
 async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     key_type = request.key_type if ctx.api_version >= 1 else GROUP_KEY_TYPE
-    if key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
-        await _ensure_topic(ctx, key_type)
+    keys = (request.coordinator_keys or []) if ctx.api_version >= 4 else [request.key]
+    if key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE) and any(
+        _refusal(ctx, key_type, key) is None for key in keys
+    ):
+        await _ensure_topic(ctx, key_type)  # only for a key the asker may see
     if ctx.api_version >= 4:
         coordinators = []
         for key in request.coordinator_keys or []:

@@ -1,10 +1,13 @@
-"""Heartbeat (12): keeps a member alive and tells it when to rejoin (REBALANCE_IN_PROGRESS)."""
+"""Heartbeat (12): keeps a member alive and tells it when to rejoin (REBALANCE_IN_PROGRESS). Needs
+READ on the group, else GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
 from kafka.protocol.consumer.group import HeartbeatRequest, HeartbeatResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import GROUP, READ, authorize
+from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 12
 MIN_VERSION = 0
@@ -13,10 +16,13 @@ REQUEST = HeartbeatRequest
 
 
 async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
-    error = await ctx.groups.heartbeat(
-        request.group_id,
-        request.member_id,
-        request.group_instance_id if ctx.api_version >= 3 else None,
-        request.generation_id,
-    )
+    if not authorize(ctx, READ, GROUP, request.group_id):
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    else:
+        error = await ctx.groups.heartbeat(
+            request.group_id,
+            request.member_id,
+            request.group_instance_id if ctx.api_version >= 3 else None,
+            request.generation_id,
+        )
     return HeartbeatResponse(throttle_time_ms=0, error_code=int(error))

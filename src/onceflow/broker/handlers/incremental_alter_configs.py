@@ -3,7 +3,8 @@ use (``kafka-configs --alter``, confluent-kafka's ``incremental_alter_configs``)
 
 Each resource gets its own answer. Topics only: onceflow's broker configs are static (read-only in
 DescribeConfigs), so a BROKER resource is refused with INVALID_REQUEST, as is any other type.
-``validate_only`` checks everything and changes nothing.
+``validate_only`` checks everything and changes nothing. A topic needs ALTER_CONFIGS on it (else
+TOPIC_AUTHORIZATION_FAILED), the broker ALTER_CONFIGS on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
 
 The broker works out the topic's new set of overrides from the image's current one and checks it;
 the active controller then makes that set the topic's (an AlterConfigs of the whole set, forwarded),
@@ -24,6 +25,7 @@ from onceflow.broker.config_changes import incremental_overrides
 from onceflow.broker.context import RequestContext
 from onceflow.broker.forwarding import forward, wait_visible
 from onceflow.broker.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
+from onceflow.broker.security.access import ALTER_CONFIGS, CLUSTER, TOPIC, authorize
 from onceflow.broker.topic_configs import TOPIC_CONFIG_TYPES, TYPE_LIST, topic_defaults
 from onceflow.protocol.errors import ErrorCode, InvalidRequest, KafkaError, UnknownTopicOrPartition
 
@@ -67,6 +69,14 @@ async def alter_resource(
 ) -> tuple[int, str | None]:
     """Apply ``new_overrides(current overrides)`` to one resource; its (error code, message)."""
     try:
+        if resource_type == RESOURCE_TOPIC and not authorize(ctx, ALTER_CONFIGS, TOPIC, resource_name):
+            raise KafkaError(
+                f"not authorized to alter topic {resource_name!r}", ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            )
+        if resource_type == RESOURCE_BROKER and not authorize(ctx, ALTER_CONFIGS, CLUSTER):
+            raise KafkaError(
+                "not authorized to alter the broker's configs", ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            )
         if resource_type == RESOURCE_BROKER:
             raise InvalidRequest("onceflow's broker configs are static; set them at `onceflow serve`")
         if resource_type != RESOURCE_TOPIC:

@@ -9,6 +9,11 @@ COORDINATOR_LOAD_IN_PROGRESS while the id's ``__transaction_state`` partition lo
 when this broker does not own it (clients retry both).
 
 v6 (two-phase commit, KIP-939) is unstable in Kafka 4 and not advertised.
+
+Authorization (Kafka's): WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+without one, IDEMPOTENT_WRITE on the cluster or WRITE on at least one topic (Kafka 3+), else
+CLUSTER_AUTHORIZATION_FAILED. Checked before anything else, so a principal without the right cannot
+fence another's transactional producer.
 """
 
 from __future__ import annotations
@@ -18,6 +23,15 @@ import logging
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import (
+    CLUSTER,
+    IDEMPOTENT_WRITE,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+    authorize,
+    authorize_any,
+)
 from onceflow.broker.txn.errors import wire_code
 from onceflow.broker.txn.metadata import ProducerIdAndEpoch
 from onceflow.protocol.errors import ErrorCode, KafkaError
@@ -39,6 +53,13 @@ def _response(code: ErrorCode, producer_id: int = NO_PRODUCER_ID, epoch: int = N
 
 async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     transactional_id = request.transactional_id
+    if transactional_id is not None:
+        if not authorize(ctx, WRITE, TRANSACTIONAL_ID, transactional_id):
+            return _response(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    elif not authorize(ctx, IDEMPOTENT_WRITE, CLUSTER, log_denied=False) and not authorize_any(
+        ctx, WRITE, TOPIC
+    ):
+        return _response(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
         if transactional_id is None:
             producer_id = ctx.producer_ids.generate_producer_id()

@@ -4,6 +4,7 @@ Special timestamps (Kafka's ``ListOffsetsRequest``): -2 earliest, -1 latest (the
 the last stable offset for read_committed), -3 the record with the largest timestamp (KIP-734),
 -4 earliest local (= earliest without tiered storage), -5 latest tiered (none: -1, KIP-1005).
 A timestamp >= 0 finds the first record with a timestamp at least that large; none gives -1/-1.
+Each topic needs DESCRIBE, else its partitions are TOPIC_AUTHORIZATION_FAILED (Kafka's check).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.replica.partition import leader_epoch_error
-from onceflow.protocol.errors import KafkaError, error_code_for
+from onceflow.broker.security.access import DESCRIBE, TOPIC, allowed_names
+from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.record_codec import decode_batches
 from onceflow.protocol.records import BatchHeader
 
@@ -103,6 +105,12 @@ def _lookup(plog, timestamp: int, read_committed: bool, replica: bool = False) -
     return offset, found_timestamp
 
 
+def _failed(index: int, code: ErrorCode) -> _PartitionResponse:
+    return _PartitionResponse(
+        partition_index=index, error_code=int(code), timestamp=-1, offset=-1, leader_epoch=-1
+    )
+
+
 def _partition(
     ctx: RequestContext, topic: str, part, read_committed: bool, replica: bool, debug: bool = False
 ) -> _PartitionResponse:
@@ -117,13 +125,7 @@ def _partition(
         plog = partition.log
         offset, timestamp = _lookup(plog, part.timestamp, read_committed, replica)
     except KafkaError as exc:
-        return _PartitionResponse(
-            partition_index=part.partition_index,
-            error_code=int(error_code_for(exc)),
-            timestamp=-1,
-            offset=-1,
-            leader_epoch=-1,
-        )
+        return _failed(part.partition_index, error_code_for(exc))
     return _PartitionResponse(
         partition_index=part.partition_index,
         error_code=0,
@@ -137,10 +139,16 @@ async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffset
     read_committed = ctx.api_version >= 2 and request.isolation_level == READ_COMMITTED
     debug = request.replica_id == DEBUG_REPLICA_ID
     replica = request.replica_id >= 0 or debug
+    described = allowed_names(ctx, DESCRIBE, TOPIC, (t.name for t in request.topics))
     topics = [
         _TopicResponse(
             name=t.name,
-            partitions=[_partition(ctx, t.name, p, read_committed, replica, debug) for p in t.partitions],
+            partitions=[
+                _failed(p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                if described is not None and t.name not in described
+                else _partition(ctx, t.name, p, read_committed, replica, debug)
+                for p in t.partitions
+            ],
         )
         for t in request.topics
     ]

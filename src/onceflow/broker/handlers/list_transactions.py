@@ -1,6 +1,7 @@
 """ListTransactions (66, KIP-664): transactional ids by state, producer id and (v1+) minimum running
 duration. The v2 ``transactional_id_pattern`` filter (KIP-1152: an RE2 regular expression matching whole
-ids, as Kafka's RE2/J one; an invalid one is INVALID_REGULAR_EXPRESSION) is applied here."""
+ids, as Kafka's RE2/J one; an invalid one is INVALID_REGULAR_EXPRESSION) is applied here. Only ids the
+principal may DESCRIBE are listed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from kafka.protocol.admin import ListTransactionsRequest, ListTransactionsRespon
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.patterns import compile_pattern
+from onceflow.broker.security.access import DESCRIBE, TRANSACTIONAL_ID, allowed_names
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 66
@@ -40,9 +42,13 @@ async def handle(ctx: RequestContext, request: ListTransactionsRequest) -> ListT
         )
     except KafkaError as exc:
         return _response(error_code_for(exc))
+    visible = allowed_names(
+        ctx, DESCRIBE, TRANSACTIONAL_ID, (t.transactional_id for t in result.transactions), log_denied=False
+    )
     states = [
         _State(transactional_id=t.transactional_id, producer_id=t.producer_id, transaction_state=t.state)
         for t in result.transactions
-        if matcher is None or matcher.fullmatch(t.transactional_id)
+        if (matcher is None or matcher.fullmatch(t.transactional_id))
+        and (visible is None or t.transactional_id in visible)
     ]
     return _response(ErrorCode.NONE, result.unknown_state_filters, states)

@@ -6,6 +6,12 @@ Unknown topics are auto-created when both the request allows it (``allow_auto_to
 always allowed before v4) and ``auto.create.topics.enable`` is on, like Kafka: a CreateTopics sent on
 to the active controller, answered once this broker has the topic; internal topics are never
 auto-created here (their coordinators create them).
+
+Authorization (Kafka's): a topic is in the answer only if the principal may DESCRIBE it. Listing all
+topics leaves the others out; a topic asked for by name is TOPIC_AUTHORIZATION_FAILED (without
+telling whether it exists), by id too (ids are not secret). Auto-creating needs CREATE on the cluster
+or on the topic, else TOPIC_AUTHORIZATION_FAILED. Authorized operations (KIP-430) are the
+authorizer's; the cluster's are 0 without DESCRIBE on the cluster.
 """
 
 from __future__ import annotations
@@ -17,6 +23,15 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
 from onceflow.broker.forwarding import create_topics_now
+from onceflow.broker.security.access import (
+    CLUSTER,
+    CREATE,
+    DESCRIBE,
+    TOPIC,
+    allowed_names,
+    authorize,
+    operations,
+)
 from onceflow.broker.topics import validate_topic_name
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.internal_topics import INTERNAL_TOPICS
@@ -74,6 +89,8 @@ async def _lookup_or_create(ctx: RequestContext, name: str, allow_auto_create: b
         return _error_topic(name, error_code_for(exc))
     if not (allow_auto_create and ctx.config.auto_create_topics_enable) or name in INTERNAL_TOPICS:
         return _error_topic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if not authorize(ctx, CREATE, CLUSTER, log_denied=False) and not authorize(ctx, CREATE, TOPIC, name):
+        return _error_topic(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     code, _message = (await create_topics_now(ctx, [(name, -1, -1, {})]))[name]
     if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
         return _error_topic(name, code)
@@ -92,20 +109,33 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
     # v0: an empty list means all topics; v1+: null means all topics, empty means none.
     all_topics = request.topics is None or (version == 0 and not request.topics)
     if all_topics:
-        topics = [
-            topic_metadata(ctx, t)
+        listed = [
+            t
             for t in sorted(image.topics.values(), key=lambda t: t.name)
             if not (t.name in INTERNAL_TOPICS and version == 0)
         ]
+        described = allowed_names(ctx, DESCRIBE, TOPIC, (t.name for t in listed), log_denied=False)
+        topics = [topic_metadata(ctx, t) for t in listed if described is None or t.name in described]
     else:
         topics = []
+        by_id = {
+            w.topic_id: image.topic_by_id(w.topic_id)
+            for w in request.topics
+            if w.name is None and w.topic_id is not None
+        }
+        names = [w.name for w in request.topics] + [t.name for t in by_id.values() if t is not None]
+        described = allowed_names(ctx, DESCRIBE, TOPIC, names)
         for wanted in request.topics:
             if wanted.name is None and wanted.topic_id is not None:
-                topic = image.topic_by_id(wanted.topic_id)
+                topic = by_id[wanted.topic_id]
                 if topic is None:
                     topics.append(_error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, wanted.topic_id))
+                elif described is not None and topic.name not in described:
+                    topics.append(_error_topic(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, wanted.topic_id))
                 else:
                     topics.append(topic_metadata(ctx, topic))
+            elif described is not None and wanted.name not in described:
+                topics.append(_error_topic(wanted.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             else:
                 topics.append(await _lookup_or_create(ctx, wanted.name, allow_auto_create))
         image = ctx.metadata.image  # auto-creation may have brought a newer one
@@ -113,8 +143,12 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
         # Every topic of the answer, unknown ones included, as Kafka fills them in.
         for topic_data in topics:
             topic_data.authorized_operations = authorized_operations.reported(
-                authorized_operations.TOPIC, True
+                operations(ctx, TOPIC, topic_data.name or ""), True
             )
+    cluster_requested = 8 <= version <= 10 and bool(request.include_cluster_authorized_operations)
+    cluster_operations = frozenset()
+    if cluster_requested and authorize(ctx, DESCRIBE, CLUSTER):
+        cluster_operations = operations(ctx, CLUSTER)
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[
@@ -125,9 +159,6 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
         controller_id=ctx.metadata.controller_id(),
         topics=topics,
         # v8-10 (later versions ask DescribeCluster instead).
-        authorized_operations=authorized_operations.reported(
-            authorized_operations.CLUSTER,
-            8 <= version <= 10 and bool(request.include_cluster_authorized_operations),
-        ),
+        authorized_operations=authorized_operations.reported(cluster_operations, cluster_requested),
         error_code=0,
     )

@@ -1,12 +1,15 @@
 """OffsetFetch (9): committed offsets of one group (v0-7) or many (v8+), all partitions when the
 topic list is null; ``require_stable`` (v7+) turns partitions with a pending transactional commit into
-UNSTABLE_OFFSET_COMMIT. v10 names topics by id only and is not offered."""
+UNSTABLE_OFFSET_COMMIT. v10 names topics by id only and is not offered. Each group needs DESCRIBE
+(else GROUP_AUTHORIZATION_FAILED); offsets of topics without DESCRIBE are TOPIC_AUTHORIZATION_FAILED
+when asked for by name, and left out when all are asked for (Kafka's rules)."""
 
 from __future__ import annotations
 
 from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import DESCRIBE, GROUP, TOPIC, allowed_names, authorize
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 9
@@ -34,15 +37,30 @@ async def _fetch(
     wanted = None
     if topics is not None:
         wanted = [(t.name, p) for t in topics for p in t.partition_indexes or []]
+    if not authorize(ctx, DESCRIBE, GROUP, group_id):
+        top = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        return top, _failed_rows(wanted, top)
+    described = None
+    if wanted is not None:
+        described = allowed_names(ctx, DESCRIBE, TOPIC, (t for t, _ in wanted))
+    denied = [tp for tp in wanted or () if described is not None and tp[0] not in described]
     try:
+        asked = [tp for tp in wanted if tp not in denied] if wanted is not None else None
         top, rows = await ctx.groups.fetch_offsets(
-            group_id, wanted, require_stable=require_stable, member_id=member_id, member_epoch=member_epoch
+            group_id, asked, require_stable=require_stable, member_id=member_id, member_epoch=member_epoch
         )
     except KafkaError as exc:
         top, rows = error_code_for(exc), []
+    if wanted is None and top is ErrorCode.NONE:
+        visible = allowed_names(ctx, DESCRIBE, TOPIC, {tp[0] for tp, _, _ in rows}, log_denied=False)
+        if visible is not None:
+            rows = [row for row in rows if row[0][0] in visible]
     by_topic: dict[str, list] = {}
     if top is not ErrorCode.NONE and wanted is not None:
-        rows = [(tp, None, top) for tp in wanted]
+        return top, _failed_rows(wanted, top)
+    if denied:  # in request order, the denied ones where they were asked for
+        found = {row[0]: row for row in rows}
+        rows = [found.get(tp) or (tp, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for tp in wanted]
     for (topic, partition), value, error in rows:
         by_topic.setdefault(topic, []).append(
             (
@@ -54,6 +72,13 @@ async def _fetch(
             )
         )
     return top, by_topic
+
+
+def _failed_rows(wanted, code: ErrorCode) -> dict[str, list]:
+    by_topic: dict[str, list] = {}
+    for topic, partition in wanted or ():
+        by_topic.setdefault(topic, []).append((partition, -1, -1, "", code))
+    return by_topic
 
 
 async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:

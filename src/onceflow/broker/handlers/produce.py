@@ -6,6 +6,10 @@ pre-magic-2 message sets, with UNSUPPORTED_VERSION per partition; we do the same
 Ordering: everything that changes state happens before this handler's first ``await``, so pipelined
 produce requests on one connection append in request order (see ``server``).
 
+Authorization (Kafka's): with transactional records, WRITE on the transactional.id, else every
+partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED; WRITE on each topic, else its partitions are
+TOPIC_AUTHORIZATION_FAILED (and, with Produce v12+, not added to the transaction).
+
 Faults: ``drop-request-before-append`` ignores the request (no append, no response);
 ``drop-response-after-append`` appends and sends nothing: librdkafka times the request out and
 retries, kafka-python sees the next response's correlation id mismatch, drops the connection and
@@ -25,6 +29,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from onceflow.broker import faults
 from onceflow.broker.context import CloseConnection, RequestContext
+from onceflow.broker.security.access import TOPIC, TRANSACTIONAL_ID, WRITE, allowed_names, authorize
 from onceflow.broker.txn.metadata import TV_2
 from onceflow.broker.txn.produce_guard import produce_error, verify_transactional_append
 from onceflow.protocol.errors import (
@@ -62,6 +67,14 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> _Partitio
     )
 
 
+def _failed(
+    ctx: RequestContext, topic, index: int, code: ErrorCode, message: str | None = None
+) -> _PartitionResponse:
+    if ctx.services.metrics is not None:  # BrokerTopicMetrics (``topic`` None: one this broker lacks)
+        ctx.services.metrics.topics.produce_failed(topic.name if topic is not None else None, code)
+    return _error(index, code, message)
+
+
 def _append_partition(
     ctx: RequestContext,
     topic_name: str | None,
@@ -74,10 +87,11 @@ def _append_partition(
 ) -> _PartitionResponse:
     """Append one partition's batches now. On a replicated partition an acks=all append adds
     ``(response, future)`` to ``waits``: the future says how the ISR's wait ended."""
+    topic = None
     try:
         topic = ctx.topics.get(topic_name) if topic_name is not None else None
         if topic is None:
-            return _error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return _failed(ctx, None, index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if topic.internal:
             raise InvalidTopic(f"cannot produce to internal topic {topic_name}")
         partition = ctx.topics.get_partition(topic_name, index)
@@ -116,10 +130,12 @@ def _append_partition(
             result = partition.append(batches)
     except KafkaError as exc:
         log.debug("produce to %s-%d failed: %s", topic_name, index, exc)
-        return _error(index, error_code_for(exc), str(exc))
+        return _failed(ctx, topic, index, error_code_for(exc), str(exc))
     except OSError as exc:  # a disk problem: Kafka answers KAFKA_STORAGE_ERROR (retriable)
         log.exception("append to %s-%d failed", topic_name, index)
-        return _error(index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+        return _failed(ctx, topic, index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
+    if ctx.services.metrics is not None:
+        ctx.services.metrics.topics.produced(topic_name, len(records), result)
     response = _PartitionResponse(
         index=index,
         error_code=0,
@@ -148,20 +164,56 @@ async def _await_replication(ctx: RequestContext, waits: list) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _has_transactional_records(request: ProduceRequest) -> bool:
+    for topic_data in request.topic_data:
+        for data in topic_data.partition_data:
+            if (
+                data.records
+                and len(data.records) >= 61
+                and read_header(memoryview(data.records)).is_transactional
+            ):
+                return True
+    return False
+
+
+def _refused(request: ProduceRequest, code: ErrorCode) -> ProduceResponse:
+    return ProduceResponse(
+        responses=[
+            _TopicResponse(name=t.name, partition_responses=[_error(d.index, code) for d in t.partition_data])
+            for t in request.topic_data
+        ],
+        throttle_time_ms=0,
+    )
+
+
 async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
     if ctx.faults.fire(faults.DROP_REQUEST_BEFORE_APPEND):
         return None
     version = ctx.api_version
+    writable = allowed_names(ctx, WRITE, TOPIC, (t.name for t in request.topic_data))  # None: all
+    if writable is not None and _has_transactional_records(request):
+        tid = request.transactional_id
+        if tid is None or not authorize(ctx, WRITE, TRANSACTIONAL_ID, tid):
+            if request.acks == 0:
+                raise CloseConnection("acks=0 produce refused: not authorized for its transactional.id")
+            return _refused(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # KIP-890 part 2: v12+ producers leave adding partitions to the broker (see txn.produce_guard);
     # this awaits only for a transactional request, so idempotent appends keep request order.
-    not_added = await add_partitions_for_produce(ctx, request) if version >= FIRST_TV2_PRODUCE_VERSION else {}
+    not_added = (
+        await add_partitions_for_produce(ctx, request, writable)
+        if version >= FIRST_TV2_PRODUCE_VERSION
+        else {}
+    )
     responses = []
     waits: list = []
     for topic_data in request.topic_data:
         name = topic_data.name
         partitions = []
+        denied = writable is not None and name not in writable
         for data in topic_data.partition_data:
-            if version < FIRST_SUPPORTED_VERSION:
+            if denied:
+                partitions.append(_error(data.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            elif version < FIRST_SUPPORTED_VERSION:
                 partitions.append(_error(data.index, ErrorCode.UNSUPPORTED_VERSION))
             elif request.acks not in (-1, 0, 1):
                 partitions.append(_error(data.index, ErrorCode.INVALID_REQUIRED_ACKS))
@@ -200,16 +252,19 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
 
 
 async def add_partitions_for_produce(
-    ctx: RequestContext, request: ProduceRequest
+    ctx: RequestContext, request: ProduceRequest, writable: frozenset[str] | None = None
 ) -> dict[tuple[str, int], KafkaError]:
     """Produce v12+: add every partition with transactional batches to the producer's transaction
-    (TV_2); returns the error for partitions that could not be added."""
+    (TV_2), of the topics in ``writable`` if given (the others are not authorized); returns the error
+    for partitions that could not be added."""
     transactional_id = request.transactional_id
     if not transactional_id:
         return {}
     wanted: list[tuple[str, int]] = []
     producer: tuple[int, int] | None = None
     for topic_data in request.topic_data:
+        if writable is not None and topic_data.name not in writable:
+            continue
         for data in topic_data.partition_data:
             if not data.records or len(data.records) < 61:
                 continue

@@ -1,4 +1,5 @@
-"""SyncGroup (14): the leader hands in the assignment; every member gets its share."""
+"""SyncGroup (14): the leader hands in the assignment; every member gets its share. Needs READ on the
+group, else GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from kafka.protocol.consumer.group import SyncGroupRequest, SyncGroupResponse
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.requests import SyncResult
+from onceflow.broker.security.access import GROUP, READ, authorize
+from onceflow.protocol.errors import ErrorCode
 
 API_KEY = 14
 MIN_VERSION = 0
@@ -24,6 +27,8 @@ def _response(result: SyncResult) -> SyncGroupResponse:
 
 
 async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    if not authorize(ctx, READ, GROUP, request.group_id):
+        return _response(SyncResult(ErrorCode.GROUP_AUTHORIZATION_FAILED))
     v = ctx.api_version
     assignments = {a.member_id: bytes(a.assignment or b"") for a in request.assignments or []}
     result = await ctx.groups.sync_group(

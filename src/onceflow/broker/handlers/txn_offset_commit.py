@@ -8,6 +8,10 @@ KIP-447 fencing on the group (v3+: a member of an old generation gets ILLEGAL_GE
 static member FENCED_INSTANCE_ID, an unknown one UNKNOWN_MEMBER_ID; a generation for a group that
 does not exist is ILLEGAL_GENERATION, never OffsetCommit v9's GROUP_ID_NOT_FOUND). A group completing
 a rebalance does not refuse the commit (Kafka's rule: only OffsetCommit answers REBALANCE_IN_PROGRESS).
+
+Authorization first (Kafka's): WRITE on the transactional id (else every partition is
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ on the group (else GROUP_AUTHORIZATION_FAILED), READ on
+each topic (else its partitions are TOPIC_AUTHORIZATION_FAILED and not committed).
 """
 
 from __future__ import annotations
@@ -18,6 +22,15 @@ from kafka.protocol.producer import TxnOffsetCommitRequest, TxnOffsetCommitRespo
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.handler_support import offset_commit_topics, requested_offsets
+from onceflow.broker.security.access import (
+    GROUP,
+    READ,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+    allowed_names,
+    authorize,
+)
 from onceflow.broker.txn.errors import fenced_error_code, wire_code
 from onceflow.broker.txn.metadata import TV_2
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
@@ -105,6 +118,20 @@ async def _commit(ctx: RequestContext, request: TxnOffsetCommitRequest, offsets)
 
 async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
     offsets = requested_offsets(request, with_leader_epoch=ctx.api_version >= 2)
-    top, per_partition = await _commit(ctx, request, offsets)
+    denied: dict = {}
+    if not authorize(ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        top, per_partition = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, {}
+    elif not authorize(ctx, READ, GROUP, request.group_id):
+        top, per_partition = ErrorCode.GROUP_AUTHORIZATION_FAILED, {}
+    else:
+        readable = allowed_names(ctx, READ, TOPIC, (t.name for t in request.topics or []))
+        if readable is not None:
+            denied = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in offsets if tp[0] not in readable}
+            offsets = {tp: entry for tp, entry in offsets.items() if tp not in denied}
+        if denied and not offsets:
+            top, per_partition = ErrorCode.NONE, {}
+        else:
+            top, per_partition = await _commit(ctx, request, offsets)
+    per_partition = {**per_partition, **denied}
     topics = offset_commit_topics(request, top, per_partition, _Topic, _Partition)
     return TxnOffsetCommitResponse(throttle_time_ms=0, topics=topics)

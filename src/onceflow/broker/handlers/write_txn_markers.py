@@ -1,7 +1,8 @@
 """WriteTxnMarkers (27): append COMMIT/ABORT control batches to partitions this broker leads.
 
 The coordinator of this broker writes its markers locally (``txn.service.LocalMarkerWriter``); this
-API is the same append for a marker request from outside (tools, other coordinators).
+API is the same append for a marker request from outside (tools, other coordinators). Needs ALTER or
+CLUSTER_ACTION on the cluster, else every partition is CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 from kafka.protocol.producer import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.security.access import ALTER, CLUSTER, CLUSTER_ACTION, authorize
 from onceflow.broker.txn.service import write_marker
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
@@ -47,13 +49,18 @@ def _write_one(ctx: RequestContext, marker, topic: str, partition: int) -> Error
 
 
 async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+    allowed = authorize(ctx, ALTER, CLUSTER, log_denied=False) or authorize(ctx, CLUSTER_ACTION, CLUSTER)
+    denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     results = []
     for marker in request.markers or []:
         topics = [
             _TopicResult(
                 name=t.name,
                 partitions=[
-                    _PartitionResult(partition_index=p, error_code=int(_write_one(ctx, marker, t.name, p)))
+                    _PartitionResult(
+                        partition_index=p,
+                        error_code=int(_write_one(ctx, marker, t.name, p) if allowed else denied),
+                    )
                     for p in t.partition_indexes or []
                 ],
             )

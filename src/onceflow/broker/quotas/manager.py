@@ -12,8 +12,9 @@ by all that user's client-ids, a quota on a client-id (or the default client-id)
 client-id on its own. Each quota key has its own settings, precedence and sensors: a client can have a
 producer byte rate from its client-id and a request percentage from its user.
 
-The principal is ANONYMOUS until onceflow authenticates clients (SASL is another issue), so for now a
-user quota applies only as ``user=ANONYMOUS`` or ``user=<default>``, and then to every client.
+The user is the name of the connection's principal (``alice`` for ``User:alice``, authenticated by
+SASL or a client certificate; ``ANONYMOUS`` on a listener without authentication), as Kafka's quota
+user entity is.
 
 Throttle times: a byte rate's throttle is what brings its rate back to the quota over the sample
 windows (``sampled_rate``); a request percentage's is the same, capped at one window (Kafka caps it
@@ -43,7 +44,7 @@ from onceflow.broker.sampled_rate import SampledRate, record_and_throttle_time_m
 
 log = logging.getLogger(__name__)
 
-ANONYMOUS = "ANONYMOUS"  # the principal of every client until SASL exists
+ANONYMOUS = "ANONYMOUS"  # the user of connections that did not authenticate
 SENSOR_EXPIRY_MS = 3_600_000  # Kafka's inactive quota sensor expiration
 _SWEEP_INTERVAL_MS = 60_000
 _MAX_CACHED_LIMITS = 10_000

@@ -31,7 +31,7 @@ from onceflow.broker.connection import RequestReceived
 from onceflow.broker.context import RequestContext
 from onceflow.broker.limit_events import FETCH_THROTTLED, PRODUCE_THROTTLED, REQUEST_THROTTLED, LimitEvents
 from onceflow.broker.quotas.entities import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
-from onceflow.broker.quotas.manager import ANONYMOUS, ClientQuotas
+from onceflow.broker.quotas.manager import ClientQuotas
 from onceflow.protocol import apis
 
 PRODUCE_KEY = 0
@@ -91,7 +91,7 @@ async def answer_within_quotas(
     else:
         response = await handler.handle(ctx, event.request)
     now_ms = int(time.monotonic() * 1000)
-    user, client_id = ANONYMOUS, header.client_id or ""
+    user, client_id = ctx.session.principal.name, header.client_id or ""
     throttle_ms, kind = 0, ""
     if header.api_key == PRODUCE_KEY:
         throttle_ms = quotas.record(PRODUCER_BYTE_RATE, user, client_id, event.size, now_ms)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from onceflow.client.security import ClientSecurity, client_security
 from onceflow.protocol.errors import InvalidConfig
 
 READ_UNCOMMITTED = "read_uncommitted"
@@ -57,6 +58,16 @@ class ConsumerConfig:
     retry_backoff_ms: int = 100
     check_crcs: bool = True
     metadata_max_age_ms: int = 300000
+    # TLS and SASL, librdkafka's names (client/security.py); PLAINTEXT by default.
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_endpoint_identification_algorithm: str = "https"
     # Sent as Metadata's allow_auto_topic_creation when asking for the subscribed topics: a broker with
     # auto.create.topics.enable creates a missing one only if this allows it too.
     allow_auto_create_topics: bool = True
@@ -89,6 +100,11 @@ class ConsumerConfig:
                 )
             kwargs[name] = value
         return cls(**kwargs)
+
+    @property
+    def security(self) -> ClientSecurity | None:
+        """The TLS/SASL settings, or None for a plain connection."""
+        return client_security(self)
 
     @property
     def isolation_level_code(self) -> int:
@@ -136,6 +152,7 @@ class ConsumerConfig:
             raise InvalidConfig("group.instance.id needs a group.id")
         if self.group_id is not None and not self.group_id:
             raise InvalidConfig("group.id must not be empty: leave it unset to consume without a group")
+        client_security(self)  # refuses bad TLS/SASL settings now
 
 
 _ASSIGNOR_ALIASES = {

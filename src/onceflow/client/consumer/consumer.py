@@ -103,6 +103,7 @@ class AsyncConsumer:
             self.config.bootstrap_servers,
             client_id=self.config.client_id,
             request_timeout_s=self.config.request_timeout_ms / 1000,
+            security=self.config.security,
         )
         self._subscriptions = SubscriptionState(self.config.auto_offset_reset)
         self._metrics = ConsumerMetrics(self.config.client_id)

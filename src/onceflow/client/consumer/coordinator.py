@@ -130,6 +130,7 @@ class GroupCoordinatorBase:
             host,
             port,
             client_id=self.config.client_id,
+            security=self.client.security,
             # JoinGroup may be held for the whole rebalance timeout.
             request_timeout_s=(self.config.request_timeout_ms + self.config.effective_rebalance_timeout_ms)
             / 1000,

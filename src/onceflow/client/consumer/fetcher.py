@@ -386,6 +386,7 @@ class Fetcher:
                 host,
                 port,
                 client_id=self.config.client_id,
+                security=self.config.security,
                 request_timeout_s=(self.config.request_timeout_ms + self.config.fetch_max_wait_ms) / 1000,
             )
             self._connections[node] = conn

@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from onceflow.client.security import ClientSecurity, client_security
 from onceflow.protocol.compression import codec_for_name
 from onceflow.protocol.errors import InvalidConfig
 
@@ -56,6 +57,16 @@ class ProducerConfig:
     metadata_max_age_ms: int = 300000
     transactional_id: str | None = None
     transaction_timeout_ms: int = 60000
+    # TLS and SASL, librdkafka's names (client/security.py); PLAINTEXT by default.
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_endpoint_identification_algorithm: str = "https"
     # Not a Kafka setting: allows idempotence with more than 5 in flight, which the broker cannot
     # deduplicate. Exists only to demonstrate that failure (the seeds' six-in-flight flow).
     unsafe_allow_max_in_flight_above_5: bool = False
@@ -95,6 +106,7 @@ class ProducerConfig:
                 "for one attempt"
             )
         set_(self, "enable_idempotence", self._resolve_idempotence())
+        client_security(self)  # refuses bad TLS/SASL settings now
         if self.transactional_id is not None and not self.enable_idempotence:
             raise InvalidConfig(
                 "transactional.id needs enable.idempotence=true: transactions are built on producer ids "
@@ -126,6 +138,11 @@ class ProducerConfig:
         if explicit and conflicts:
             raise InvalidConfig("enable.idempotence=true is refused: " + "; ".join(conflicts))
         return bool(explicit)
+
+    @property
+    def security(self) -> ClientSecurity | None:
+        """The TLS/SASL settings, or None for a plain connection."""
+        return client_security(self)
 
     @property
     def compression_codec(self) -> int:

@@ -19,6 +19,7 @@ from onceflow.client.async_client import AsyncClient, finalized_feature_level
 from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.find_coordinator import find_coordinator
 from onceflow.client.producer.errors import COORDINATOR_CODES, ProducerClosedError
+from onceflow.client.security import ClientSecurity
 from onceflow.protocol.errors import ErrorCode, InvalidTopic, KafkaError, TopicAuthorizationFailed
 from onceflow.protocol.transaction_versions import TRANSACTION_VERSION_FEATURE
 
@@ -36,12 +37,21 @@ _TOPIC_ERRORS_AT_ONCE = {
 
 class ProducerNetwork:
     def __init__(
-        self, bootstrap: str, *, client_id: str, request_timeout_ms: int, retry_backoff_ms: int
+        self,
+        bootstrap: str,
+        *,
+        client_id: str,
+        request_timeout_ms: int,
+        retry_backoff_ms: int,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.client_id = client_id
         self.request_timeout_s = request_timeout_ms / 1000.0
         self.retry_backoff_s = retry_backoff_ms / 1000.0
-        self.client = AsyncClient(bootstrap, client_id=client_id, request_timeout_s=self.request_timeout_s)
+        self.security = security
+        self.client = AsyncClient(
+            bootstrap, client_id=client_id, request_timeout_s=self.request_timeout_s, security=security
+        )
         self.brokers: dict[int, tuple[str, int]] = {}
         self.partition_counts: dict[str, int] = {}
         self.leaders: dict[tuple[str, int], int] = {}
@@ -154,7 +164,11 @@ class ProducerNetwork:
         cancelled meanwhile (close() then closes it with the others)."""
         try:
             conn = await Connection.open(
-                host, port, client_id=self.client_id, request_timeout_s=self.request_timeout_s
+                host,
+                port,
+                client_id=self.client_id,
+                request_timeout_s=self.request_timeout_s,
+                security=self.security,
             )
         finally:
             if self._opening.get(node) is asyncio.current_task():

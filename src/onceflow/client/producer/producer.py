@@ -159,6 +159,7 @@ class AsyncProducer:
             client_id=cfg.client_id,
             request_timeout_ms=cfg.request_timeout_ms,
             retry_backoff_ms=cfg.retry_backoff_ms,
+            security=cfg.security,
         )
         await self._first_connection()
         self._sender = Sender(cfg, self._accumulator, self._network, self.txn, self.faults, self._metrics)
