@@ -79,6 +79,9 @@ class NodeReplication:
         partition = self._topic_partition((topic, index))
         if partition is None or partition.log is None:
             raise KafkaError(f"no open log for {topic}-{index}")
+        if not hasattr(partition.log, "update_high_watermark"):
+            # A log without the replication calls (a test's in-memory stand-in): one copy, unreplicated.
+            raise KafkaError(f"the log of {topic}-{index} cannot be replicated")
         return partition.log
 
     def _appender(self, key: tuple[str, int]):
