@@ -2,18 +2,24 @@
 
     python bench/pipeline.py [--quick] [--rows N] [--rounds R]
 
-One onceflow broker, one local[2] SparkSession (its start is not timed). The input topic is filled
-once; every round runs the pipeline with ``Trigger.AvailableNow`` over the whole topic into a fresh
-output topic and checkpoint, and times it from query start to end. Contenders, interleaved per
-round: the sink in ``at-least-once`` mode (idempotent producer, no transaction) and in
-``exactly-once`` mode (one transaction per task per batch). Defaults: 1,000,000 rows, batches of
-250,000 (``--batch-rows``), 8 MB fetches; ``--quick``: 200,000 rows, batches of 100,000.
+One onceflow broker (with ``transaction.two.phase.commit.enable=true``), one local[2] SparkSession
+(its start is not timed). The input topic is filled once; every round runs the pipeline with
+``Trigger.AvailableNow`` over the whole topic into a fresh output topic and checkpoint, and times it
+from query start to end. Contenders, in an order rotated every round: the sink in ``at-least-once``
+mode (idempotent producer, no transaction), ``exactly-once`` (one transaction per task per batch,
+each committed by its task) and ``exactly-once-atomic`` (KIP-939: each task prepares, the driver
+commits the batch's transactions together). Defaults: 1,000,000 rows, batches of 250,000
+(``--batch-rows``), 8 MB fetches; ``--quick``: 200,000 rows, batches of 100,000.
 
-Contenders run in ABBA order (flipped every round). Reported: input rows/s end to end (median over
-rounds), median per-batch latency (Spark's triggerExecution), the exactly-once / at-least-once ratio
-of the medians and the median of each round's own ratio (target ≥ 0.9), and the machine's 1-minute
-load average at the end (other work on the 2 cores moves these numbers a lot). Progress goes to
-stderr; the last stdout line is one JSON object (see /work/shared/BENCH.md).
+Reported: input rows/s end to end (median over rounds), median per-batch latency (Spark's
+triggerExecution), each exactly-once mode's ratio to at-least-once (of the medians, and the median of
+each round's own ratio; target ≥ 0.9), and the machine's 1-minute load average at the end (other work
+on the 2 cores moves these numbers a lot). Then one more batch-atomic run, not timed, with a
+read_committed reader on its output: for each batch, the time from the batch's end (every task had
+prepared: the driver's commit began) to the moment the reader has all of it
+(``atomic_visibility_after_batch_end_ms``). The other two modes have no such delay to measure: their
+rows become visible task by task while the batch still runs. Progress goes to stderr; the last stdout
+line is one JSON object (see /work/shared/BENCH.md).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import argparse
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -31,7 +38,8 @@ from _common import BrokerProcess, emit, kill_all, median, progress  # noqa: E40
 
 from onceflow.client import SimpleClient  # noqa: E402
 
-GUARANTEES = ("at-least-once", "exactly-once")
+GUARANTEES = ("at-least-once", "exactly-once", "exactly-once-atomic")
+EXACTLY_ONCE_MODES = ("exactly-once", "exactly-once-atomic")
 PARTITIONS = 2
 FETCH_BYTES = 8 * 1024 * 1024  # per partition per fetch: fewer round trips per batch
 
@@ -79,14 +87,21 @@ def fill_input(bootstrap: str, topic: str, rows: int) -> None:
 
 
 def run_once(
-    spark, bootstrap: str, topic: str, guarantee: str, workdir: Path, round_no: int, batch_rows: int
+    spark,
+    bootstrap: str,
+    topic: str,
+    guarantee: str,
+    workdir: Path,
+    round_no: int | str,
+    batch_rows: int,
+    output: str | None = None,
 ):
     from onceflow.spark.pipeline import PipelineConfig, run_pipeline
 
     config = PipelineConfig(
         app="__main__:trivial_map",
         input=topic,
-        output=f"bench-out-{guarantee}-{round_no}",
+        output=output or f"bench-out-{guarantee}-{round_no}",
         checkpoint=str(workdir / f"ckpt-{guarantee}-{round_no}"),
         bootstrap=bootstrap,
         available_now=True,
@@ -99,7 +114,66 @@ def run_once(
     elapsed = time.perf_counter() - t0
     rows = sum(r["numInputRows"] for r in reports)
     latencies = [r["durationMs"].get("triggerExecution", 0) for r in reports if r["numInputRows"] > 0]
-    return rows, elapsed, latencies
+    return rows, elapsed, latencies, reports
+
+
+def visibility_after_batch_end(
+    spark, bootstrap: str, topic: str, workdir: Path, batch_rows: int
+) -> list[int]:
+    """One batch-atomic run with a read_committed reader on the output: per batch, ms from the batch's
+    end (the intent's ``batch_end_ms``) to the reader having every row of it."""
+    from onceflow.client.consumer import Consumer
+    from onceflow.spark.batch_intent import IntentLog
+
+    output = "bench-out-visibility"
+    with SimpleClient(bootstrap) as client:
+        client.create_topic(output, partitions=PARTITIONS)
+    seen_at: list[tuple[int, int]] = []  # (rows seen so far, wall ms), after every poll that got rows
+    stop = threading.Event()
+
+    def read() -> None:
+        consumer = Consumer(
+            config={
+                "bootstrap.servers": bootstrap,
+                "group.id": "bench-visibility",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "max.partition.fetch.bytes": FETCH_BYTES,
+            }
+        )
+        total = 0
+        try:
+            consumer.subscribe([output])
+            while not stop.is_set():
+                got = len(consumer.poll(timeout_ms=20))
+                if got:
+                    total += got
+                    seen_at.append((total, time.time_ns() // 1_000_000))
+        finally:
+            consumer.close(autocommit=False)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        _rows, _elapsed, _latencies, reports = run_once(
+            spark, bootstrap, topic, "exactly-once-atomic", workdir, "visibility", batch_rows, output=output
+        )
+        time.sleep(2.0)
+    finally:
+        stop.set()
+        reader.join(30)
+    intents = IntentLog(workdir / "ckpt-exactly-once-atomic-visibility")
+    delays, through = [], 0
+    for report in reports:
+        if not report["numInputRows"]:
+            continue
+        through += report["numInputRows"]
+        intent = intents.read(report["batchId"])
+        visible = next((ms for total, ms in seen_at if total >= through), None)
+        if intent is not None and visible is not None:
+            delays.append(visible - intent.batch_end_ms)
+    return delays
 
 
 def main() -> None:
@@ -116,11 +190,13 @@ def main() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     tmp = tempfile.TemporaryDirectory(prefix="onceflow-bench-pipeline-")
     workdir = Path(tmp.name)
-    broker = BrokerProcess(workdir / "broker")
+    broker = BrokerProcess(
+        workdir / "broker", extra_args=["--config", "transaction.two.phase.commit.enable=true"]
+    )
     results: dict[str, list[float]] = {g: [] for g in GUARANTEES}
     latencies: dict[str, list[float]] = {g: [] for g in GUARANTEES}
     per_round: dict[int, dict[str, float]] = {}
-    unavailable: dict[str, str] = {}
+    visibility: list[int] = []
     spark = None
     try:
         broker.start()
@@ -133,26 +209,20 @@ def main() -> None:
         # Warm-up: the first query of a session pays for JIT and Python worker start-up.
         run_once(spark, broker.bootstrap, "bench-in", "at-least-once", workdir, -1, batch_rows)
         for round_no in range(rounds):
-            # ABBA: the order flips every round, so a machine getting busier favours neither.
-            for guarantee in GUARANTEES if round_no % 2 == 0 else tuple(reversed(GUARANTEES)):
-                if guarantee in unavailable:
-                    continue
-                try:
-                    done, elapsed, batch_ms = run_once(
-                        spark, broker.bootstrap, "bench-in", guarantee, workdir, round_no, batch_rows
-                    )
-                except Exception as exc:  # the exactly-once writer is not wired yet
-                    if "NotImplementedError" not in repr(exc) and "transactional producer" not in str(exc):
-                        raise
-                    unavailable[guarantee] = "needs the client's transactional producer"
-                    progress(f"{guarantee}: unavailable ({unavailable[guarantee]})")
-                    continue
+            # The order rotates every round, so a machine getting busier favours no contender.
+            shift = round_no % len(GUARANTEES)
+            for guarantee in GUARANTEES[shift:] + GUARANTEES[:shift]:
+                done, elapsed, batch_ms, _ = run_once(
+                    spark, broker.bootstrap, "bench-in", guarantee, workdir, round_no, batch_rows
+                )
                 if done != rows:
                     raise RuntimeError(f"{guarantee} round {round_no}: read {done} rows, expected {rows}")
                 results[guarantee].append(rows / elapsed)
                 per_round.setdefault(round_no, {})[guarantee] = rows / elapsed
                 latencies[guarantee].extend(batch_ms)
                 progress(f"round {round_no} {guarantee}: {rows / elapsed:,.0f} rows/s ({elapsed:.1f} s)")
+        visibility = visibility_after_batch_end(spark, broker.bootstrap, "bench-in", workdir, batch_rows)
+        progress(f"batch-atomic: visible {visibility} ms after each batch's end")
     finally:
         if spark is not None:
             spark.stop()
@@ -161,10 +231,21 @@ def main() -> None:
         tmp.cleanup()
 
     medians = {g: round(median(v)) for g, v in results.items() if v}
-    ratios = {}
-    if "exactly-once" in medians and "at-least-once" in medians:
-        ratios["exactly-once/at-least-once"] = round(medians["exactly-once"] / medians["at-least-once"], 3)
-    paired = [r["exactly-once"] / r["at-least-once"] for r in per_round.values() if len(r) == 2]
+    ratios = {
+        f"{g}/at-least-once": round(medians[g] / medians["at-least-once"], 3)
+        for g in EXACTLY_ONCE_MODES
+        if g in medians and "at-least-once" in medians
+    }
+    paired = {
+        f"{g}/at-least-once": round(
+            median(
+                [r[g] / r["at-least-once"] for r in per_round.values() if g in r and "at-least-once" in r]
+            ),
+            3,
+        )
+        for g in EXACTLY_ONCE_MODES
+        if any(g in r and "at-least-once" in r for r in per_round.values())
+    }
     emit(
         {
             "bench": "pipeline",
@@ -172,12 +253,14 @@ def main() -> None:
             "results": medians,
             "ratios": ratios,
             # The median of each round's own ratio: steadier when the machine's load drifts.
-            "ratios_paired_by_round": (
-                {"exactly-once/at-least-once": round(median(paired), 3)} if paired else {}
-            ),
+            "ratios_paired_by_round": paired,
+            "atomic_visibility_after_batch_end_ms": {
+                "median": round(median(visibility)) if visibility else None,
+                "max": max(visibility) if visibility else None,
+                "batches": len(visibility),
+            },
             "load_average_1m": round(os.getloadavg()[0], 2),
             "batch_latency_ms": {g: round(median(v)) for g, v in latencies.items() if v},
-            "unavailable": unavailable,
             "params": {
                 "rows": rows,
                 "rounds": rounds,

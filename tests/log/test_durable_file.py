@@ -66,3 +66,22 @@ def test_every_hand_written_place_now_goes_through_it(tmp_path, fsynced):
     assert fsynced == ["file", "dir"]
     topics.close()
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_secret_is_never_readable_by_others_not_even_through_a_leftover_temp(tmp_path, monkeypatch):
+    path = tmp_path / "secrets.json"
+    temp = temp_path(path)
+    temp.write_text("a leftover of a crash")
+    temp.chmod(0o644)
+    modes: list[int] = []
+    real_write = os.write
+
+    def recording_write(fd: int, data) -> int:
+        modes.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", recording_write)
+    write_atomically(path, "password", mode=0o600)
+    assert modes and all(mode == 0o600 for mode in modes)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_text() == "password"

@@ -113,6 +113,7 @@ def start_child_driver(
     *,
     launcher: list[str] | None = None,
     cwd: Path | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> subprocess.Popen:
     """``onceflow pipeline run`` (``launcher``: the command that runs the CLI) in its own session with a
     fault point set."""
@@ -137,6 +138,7 @@ def start_child_driver(
         str(config.max_offsets_per_trigger),
         "--spark-log-level",
         "ERROR",
+        *extra_args,
     ]
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", **{FAULT_ENV: fault})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)

@@ -373,3 +373,58 @@ def test_txn_offset_commit_is_accepted_while_the_group_completes_a_rebalance(tmp
             await client.close()
 
     run(scenario())
+
+
+def _init_v6(tid, *, enable_2pc: bool, keep: bool, timeout_ms: int = 60_000):
+    from kafka.protocol.producer import InitProducerIdRequest
+
+    return InitProducerIdRequest(
+        transactional_id=tid,
+        transaction_timeout_ms=timeout_ms,
+        producer_id=-1,
+        producer_epoch=-1,
+        enable2_pc=enable_2pc,
+        keep_prepared_txn=keep,
+    )
+
+
+def test_init_producer_id_v6_two_phase_commit_on_the_wire(tmp_path):
+    """KIP-939's fields at InitProducerId v6: refused while the broker's switch is off, a kept
+    transaction answered in OngoingTxnProducerId/Epoch, keepPreparedTxn alone refused."""
+
+    async def scenario():
+        async with running_broker(tmp_path / "off") as broker:
+            client = await _setup(broker)
+            resp = await client.request(_init_v6("w-2pc", enable_2pc=True, keep=False), 6)
+            assert resp.error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            resp = await client.request(_init_v6("w-plain", enable_2pc=False, keep=False), 6)
+            assert (resp.error_code, resp.ongoing_txn_producer_id, resp.ongoing_txn_producer_epoch) == (
+                0,
+                -1,
+                -1,
+            )
+            await client.close()
+        async with running_broker(tmp_path / "on", transaction_two_phase_commit_enable=True) as broker:
+            client = await _setup(broker)
+            resp = await client.request(_init_v6("w-2pc", enable_2pc=False, keep=True), 6)
+            assert resp.error_code == E.INVALID_REQUEST
+            # No timeout check for a two-phase commit producer (Kafka's client sends its default).
+            first = await client.request(_init_v6("w-2pc", enable_2pc=True, keep=False, timeout_ms=10**9), 6)
+            assert first.error_code == 0
+            pid, epoch = first.producer_id, first.producer_epoch
+            add = await client.request(wire.add_partitions("w-2pc", pid, epoch, {TOPIC: [0]}), 3)
+            assert add.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+            assert await _produce(client, "w-2pc", pid, epoch, 0, [b"held"]) == 0
+            kept = await client.request(_init_v6("w-2pc", enable_2pc=True, keep=True), 6)
+            assert kept.error_code == 0
+            assert (kept.producer_id, kept.producer_epoch) == (pid, epoch + 1)
+            assert (kept.ongoing_txn_producer_id, kept.ongoing_txn_producer_epoch) == (pid, epoch)
+            data, values = await _fetch(client, 0, 1)
+            assert values == [] and data.last_stable_offset == 0  # still open: kept, not aborted
+            end = await client.request(wire.end_txn("w-2pc", pid, epoch + 1, True), 3)
+            assert end.error_code == 0
+            _, values = await _fetch(client, 0, 1)
+            assert values == [b"held"]
+            await client.close()
+
+    run(scenario())

@@ -105,6 +105,10 @@ class BrokerConfig:
     transaction_state_log_num_partitions: int = 50  # transaction.state.log.num.partitions
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
+    # transaction.two.phase.commit.enable: whether producers may ask for KIP-939 two-phase commit
+    # (InitProducerId v6 with enable2Pc); refused per producer with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    # while false, Kafka's default.
+    transaction_two_phase_commit_enable: bool = False
     # transaction.version: the finalized level of Kafka's feature (KIP-890), as `kafka-storage format
     # --feature transaction.version=N` sets it; 2 is the default of a new Kafka 4.x cluster. ApiVersions
     # advertises it and clients pick their transaction protocol from it (2: implicit partitions, an

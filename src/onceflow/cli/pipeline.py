@@ -40,7 +40,7 @@ def pipeline():
 @click.option("--available-now", is_flag=True, help="Process what is in the topic now, then stop.")
 @click.option(
     "--guarantee",
-    type=click.Choice(["exactly-once", "at-least-once"]),
+    type=click.Choice(["exactly-once", "exactly-once-atomic", "at-least-once"]),
     default="exactly-once",
     show_default=True,
 )

@@ -7,6 +7,7 @@ ABORT marker for one (WriteTxnMarkers), after which the LSO moves on.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import click
 from rich.table import Table
@@ -16,13 +17,37 @@ from onceflow.client import hanging_transactions
 from onceflow.client.admin import TRANSACTION_STATES, AsyncAdminClient
 from onceflow.client.consumer.structs import TopicPartition
 from onceflow.client.hanging_transactions import DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+from onceflow.protocol.errors import KafkaError
 
 
 async def _list(bootstrap: str, states, pids, duration_ms: int, pattern: str | None = None):
+    """The listed ids, and the description of each open one (for its age and two-phase mark)."""
     async with AsyncAdminClient(bootstrap, client_id="onceflow-txn", security=client_security()) as admin:
-        return await admin.list_transactions(
+        listed = await admin.list_transactions(
             list(states), producer_ids=list(pids), min_duration_ms=duration_ms, pattern=pattern
         )
+        described = {}
+        for t in listed:
+            if t.state in _OPEN_STATES:
+                try:
+                    described[t.transactional_id] = await admin.describe_transaction(t.transactional_id)
+                except KafkaError:
+                    pass  # completed or expired since it was listed: shown without age
+        return listed, described
+
+
+_OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
+
+
+def _age(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    seconds = ms / 1000
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 async def _describe(bootstrap: str, transactional_id: str):
@@ -74,14 +99,21 @@ def txn():
 def list_(states, pids, min_duration_ms, pattern, bootstrap):
     """List transactional ids and their states."""
     with friendly_errors(bootstrap):
-        listed = asyncio.run(_list(bootstrap, states, pids, min_duration_ms, pattern))
+        listed, described = asyncio.run(_list(bootstrap, states, pids, min_duration_ms, pattern))
     for unknown in [s for s in states if s not in TRANSACTION_STATES]:
         out.print(f"unknown state filter: {unknown}")
+    now_ms = int(time.time() * 1000)
     table = Table()
-    for column in ("transactional id", "producer id", "state"):
+    for column in ("transactional id", "producer id", "state", "two-phase", "open for"):
         table.add_column(column)
     for t in listed:
-        table.add_row(t.transactional_id, str(t.producer_id), t.state)
+        d = described.get(t.transactional_id)
+        # An open transaction of a two-phase commit producer (being written, or prepared) waits for
+        # its external coordinator's decision, with no timeout, and holds the LSO until then.
+        two_phase = "yes" if d is not None and d.is_two_phase_commit else ""
+        table.add_row(
+            t.transactional_id, str(t.producer_id), t.state, two_phase, _age(d.age_ms(now_ms) if d else None)
+        )
     out.print(table)
 
 

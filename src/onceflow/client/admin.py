@@ -158,6 +158,10 @@ class TransactionListing:
     state: str
 
 
+# The timeout a coordinator stores for a two-phase commit transactional id (KIP-939: the largest int32).
+TWO_PHASE_COMMIT_TIMEOUT_MS = 2**31 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class TransactionDescription:
     transactional_id: str
@@ -167,6 +171,21 @@ class TransactionDescription:
     producer_id: int
     producer_epoch: int
     partitions: list[TopicPartition]
+
+    @property
+    def is_two_phase_commit(self) -> bool:
+        """The id's producer uses two-phase commit (KIP-939): its open transaction waits for an
+        external coordinator's decision, with no timeout."""
+        return self.timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS
+
+    def age_ms(self, now_ms: int) -> int | None:
+        """How long the open transaction has been open, or None when none is."""
+        if self.state not in _OPEN_STATES or self.start_time_ms < 0:
+            return None
+        return max(now_ms - self.start_time_ms, 0)
+
+
+_OPEN_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,14 +60,21 @@ async def find_hanging(
     now = int(time.time() * 1000) if now_ms is None else now_ms
     hanging = []
     for tp, producer in candidates:
-        ongoing = False
+        ongoing = two_phase = False
         for tid in by_pid.get(producer.producer_id, []):
             d = described.get(tid)
             if d is None or d.state != "Ongoing" or d.producer_epoch < producer.producer_epoch:
                 continue
             if tp in d.partitions:
                 ongoing = True
-        too_old = producer.last_timestamp >= 0 and now - producer.last_timestamp > max_transaction_timeout_ms
+                two_phase = two_phase or d.is_two_phase_commit
+        # A prepared two-phase commit transaction (KIP-939) has no timeout: however old, it waits for
+        # its external coordinator, and aborting it here would break that coordinator's atomicity.
+        too_old = (
+            not two_phase
+            and producer.last_timestamp >= 0
+            and now - producer.last_timestamp > max_transaction_timeout_ms
+        )
         if not ongoing or too_old:
             hanging.append((tp, producer))
     return hanging

@@ -25,15 +25,24 @@ def temp_path(path: Path, suffix: str = TEMP_SUFFIX) -> Path:
 
 
 def write_atomically(
-    path: Path, data: bytes | str, *, durable: bool = True, temp_suffix: str = TEMP_SUFFIX
+    path: Path,
+    data: bytes | str,
+    *,
+    durable: bool = True,
+    temp_suffix: str = TEMP_SUFFIX,
+    mode: int | None = None,
 ) -> None:
     """Replace ``path`` with ``data`` (text is written as UTF-8). ``temp_suffix``: the temp file's
-    suffix, for owners whose leftovers are known by another name (the quorum's ``.part`` snapshots)."""
+    suffix, for owners whose leftovers are known by another name (the quorum's ``.part`` snapshots).
+    ``mode``: permissions set on the temp file before a byte is written, for secrets (a chmod after
+    the rename would leave them readable for a moment, and a leftover temp keeps its old mode)."""
     path = Path(path)
     temp = temp_path(path, temp_suffix)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644 if mode is None else mode)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         view = memoryview(payload)
         while view:
             view = view[os.write(fd, view) :]

@@ -27,9 +27,15 @@ _SKIP = {"bootstrap.servers", "client.id", "transactional.id", "group.id", "enab
 
 
 class ClientTransactionalWriter:
-    def __init__(self, options: SinkOptions, transactional_id: str) -> None:
+    def __init__(self, options: SinkOptions, transactional_id: str, *, two_phase: bool = False) -> None:
+        """``two_phase``: a KIP-939 producer, whose transaction ``prepare`` leaves for the driver."""
         self.transactional_id = transactional_id
         self._options = options
+        if two_phase:
+            from onceflow.spark.two_phase import two_phase_settings
+
+            self._producer = Producer(two_phase_settings(options, transactional_id))
+            return
         settings = producer_settings(options.extra, _SKIP)
         self._producer = Producer(
             {
@@ -85,6 +91,9 @@ class ClientTransactionalWriter:
 
     def commit(self) -> None:
         self._producer.commit_transaction()
+
+    def prepare(self) -> str:
+        return str(self._producer.prepare_transaction())
 
     def abort(self) -> None:
         self._producer.abort_transaction()

@@ -22,6 +22,12 @@ written), a task retry, and a speculative copy all produce batch N's records exa
 the output must use ``read_committed``. A batch is atomic per task, not across tasks: consumers can see
 task 1's part of batch N before task 2's.
 
+The batch-atomic mode (``guarantee=exactly-once-atomic``, :mod:`onceflow.spark.two_phase`) runs the
+same protocol with KIP-939 two-phase commit producers and stops one step short: the transaction,
+marker included, is prepared instead of committed, and the driver commits every task's transaction
+together once the batch's intent is durable. The marker then appears with the batch, so a replay of
+a completed batch writes nothing, as above.
+
 :class:`TransactionalWriter` is the small interface a transactional producer must offer; the sink
 runs on whichever implementation the client provides.
 """
@@ -69,6 +75,7 @@ class OutputChunk(NamedTuple):
 class TaskOutcome(NamedTuple):
     records: int
     skipped: bool  # batch already committed by an earlier attempt: nothing written
+    prepared: str = ""  # batch-atomic mode: the PreparedTxnState of the task's transaction, as text
 
 
 def transactional_id_for(sink_id: str, partition_id: int) -> str:
@@ -117,15 +124,25 @@ class TransactionalWriter(Protocol):
     def commit(self) -> None:
         """Flush everything, then ``commit_transaction``; raises if fenced or if a send failed."""
 
+    def prepare(self) -> str:
+        """Batch-atomic mode (KIP-939): flush everything and ``prepare_transaction``; returns the
+        prepared state as text, for the driver to complete (optional: the per-task mode never calls it)."""
+
     def abort(self) -> None: ...
 
     def close(self) -> None: ...
 
 
 def write_exactly_once(
-    writer: TransactionalWriter, batch_id: int, records: Iterable[OutputRecord | OutputChunk]
+    writer: TransactionalWriter,
+    batch_id: int,
+    records: Iterable[OutputRecord | OutputChunk],
+    *,
+    prepare: bool = False,
 ) -> TaskOutcome:
-    """Write one task's part of batch ``batch_id`` once, whatever happened to earlier attempts."""
+    """Write one task's part of batch ``batch_id`` once, whatever happened to earlier attempts.
+    ``prepare`` (batch-atomic mode): the transaction is prepared, not committed, and its state is in
+    the outcome; the driver commits it with the rest of the batch."""
     writer.init()
     items = iter(records)
     first = next(items, None)
@@ -156,6 +173,8 @@ def write_exactly_once(
             writer.send(record)
             count += 1
         writer.send_offsets(batch_id, sorted(topics))
+        if prepare:
+            return TaskOutcome(count, skipped=False, prepared=writer.prepare())
         writer.commit()
     except BaseException:
         try:

@@ -10,6 +10,11 @@ option overrides it, as in Spark's Kafka sink), ``partition`` and ``headers``. T
 - ``at-least-once``: a plain producer, like Spark's own Kafka sink. A batch replayed after a crash
   is written again, so the output can hold duplicates. It exists as a baseline and for speed.
 
+- ``exactly-once-atomic`` (streaming writes): as ``exactly-once``, but each task prepares its
+  transaction (KIP-939) and the driver commits all of them together once the batch's intent is
+  durable in the checkpoint, so a read_committed reader sees a micro-batch whole or not at all (see
+  :mod:`onceflow.spark.two_phase` and :mod:`onceflow.spark.batch_intent`);
+
 A batch write (``df.write...mode("append").save()``) is one batch of the same protocol, under a sink
 id of its own: each task's records are written once even if Spark retries the task or runs a
 speculative copy; saving the same DataFrame twice writes it twice, as with any append.
@@ -17,11 +22,20 @@ speculative copy; saving the same DataFrame twice writes it twice, as with any a
 The driver's ``commit`` checks that every task reported; Spark then writes the batch to its commit
 log. ``abort`` only logs: a failed task's open transaction is aborted by the next attempt's
 ``init_transactions`` or by ``transaction.timeout.ms``.
+
+Batch-atomic, the driver's ``commit(N)`` writes batch N's intent (every task's prepared state) to the
+checkpoint, then completes every transaction, then marks the intent completed. ``abort(N)`` finishes
+batch N's intent if there is one (the decision to commit was taken) and otherwise aborts every task's
+transaction. PySpark makes the stream writer anew for each driver commit and for the tasks' plan,
+before any task of a batch runs: so the writer, when made, first finishes the last intent if a crashed
+driver left it incomplete, and Spark replays nothing before that.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -39,7 +53,12 @@ from onceflow.spark.exactly_once import (
     transactional_id_for,
     write_exactly_once,
 )
-from onceflow.spark.sink_options import AT_LEAST_ONCE, SinkOptions, producer_settings
+from onceflow.spark.sink_options import (
+    AT_LEAST_ONCE,
+    EXACTLY_ONCE_ATOMIC,
+    SinkOptions,
+    producer_settings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +86,10 @@ class SinkCommitMessage(WriterCommitMessage):
     batch_id: int
     records: int
     skipped: bool = False
+    # Batch-atomic mode: the task's transactional id and its prepared state ("" when it prepared
+    # nothing: no rows, or the batch was already written).
+    transactional_id: str = ""
+    prepared: str = ""
 
 
 def _as_binary(column: pa.Array | pa.ChunkedArray) -> list:
@@ -199,7 +222,9 @@ def _make_transactional_writer(options: SinkOptions, transactional_id: str):
     """The client-backed :class:`~onceflow.spark.exactly_once.TransactionalWriter`."""
     from onceflow.spark.client_writer import ClientTransactionalWriter
 
-    return ClientTransactionalWriter(options, transactional_id)
+    return ClientTransactionalWriter(
+        options, transactional_id, two_phase=options.guarantee == EXACTLY_ONCE_ATOMIC
+    )
 
 
 class _SinkTasks:
@@ -218,13 +243,17 @@ class _SinkTasks:
         batch_id = self._batch_id(context)
         partition_id = context.partitionId()
         records = (r for batch in iterator for r in output_items(batch, self.options.topic))
+        transactional_id = ""
         if self.options.guarantee == AT_LEAST_ONCE:
             outcome = TaskOutcome(_produce_at_least_once(self.options, records), skipped=False)
         else:
             transactional_id = transactional_id_for(self._sink_id(context), partition_id)
             writer = _make_transactional_writer(self.options, transactional_id)
+            atomic = self.options.guarantee == EXACTLY_ONCE_ATOMIC
             try:
-                outcome = write_exactly_once(writer, batch_id, records)
+                outcome = write_exactly_once(writer, batch_id, records, prepare=atomic)
+                if atomic and outcome.prepared:
+                    faults.on_task_prepared(batch_id, partition_id, context.attemptNumber())
             finally:
                 writer.close()
         log.info(
@@ -236,7 +265,13 @@ class _SinkTasks:
             " (already committed, skipped)" if outcome.skipped else "",
         )
         return SinkCommitMessage(
-            partition_id, context.attemptNumber(), batch_id, outcome.records, outcome.skipped
+            partition_id,
+            context.attemptNumber(),
+            batch_id,
+            outcome.records,
+            outcome.skipped,
+            transactional_id,
+            outcome.prepared,
         )
 
     def _check_reports(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
@@ -264,8 +299,14 @@ class _SinkTasks:
 class OnceflowStreamWriter(_SinkTasks, DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
+        self.atomic: BatchAtomicCommits | None = None
+        if options.guarantee == EXACTLY_ONCE_ATOMIC:
+            self.atomic = BatchAtomicCommits(options)
+            self.atomic.finish_last_intent()
 
     def _sink_id(self, context: TaskContext) -> str:
+        if self.atomic is not None:
+            return self.atomic.sink_id
         if self.options.transactional_id_prefix:
             return self.options.transactional_id_prefix
         # The query id survives restarts from the same checkpoint, so the ids stay stable.
@@ -276,10 +317,97 @@ class OnceflowStreamWriter(_SinkTasks, DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._check_reports(messages, batchId)
+        if self.atomic is not None:
+            self.atomic.commit(messages, batchId)
         faults.on_driver_commit(batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._log_abort(messages, batchId)
+        if self.atomic is not None:
+            self.atomic.abort(messages, batchId)
+
+
+class BatchAtomicCommits:
+    """The driver's part of ``guarantee=exactly-once-atomic``: the intent in the checkpoint, and the
+    completions (:mod:`onceflow.spark.two_phase`). Made on the driver, with the stream writer."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        from onceflow.spark.batch_intent import IntentLog, checkpoint_path, query_id_of
+        from onceflow.spark.two_phase import check_broker_supports_two_phase_commit
+
+        if not options.checkpoint_location:
+            raise ValueError("guarantee=exactly-once-atomic needs the query's checkpointLocation")
+        checkpoint = checkpoint_path(options.checkpoint_location)
+        check_broker_supports_two_phase_commit(options)
+        self.options = options
+        self.intents = IntentLog(checkpoint)
+        if options.transactional_id_prefix:
+            self.sink_id = options.transactional_id_prefix
+        else:
+            # The same ids as the per-task mode's: the query id, which Spark keeps in the checkpoint.
+            query_id = query_id_of(checkpoint)
+            if query_id is None:
+                raise ValueError(
+                    f"guarantee=exactly-once-atomic: no query id in {checkpoint}/metadata; "
+                    "set the sink option transactional.id.prefix"
+                )
+            self.sink_id = f"onceflow-sink-{query_id}"
+
+    def finish_last_intent(self) -> None:
+        """Complete the last batch's transactions if a driver crashed while completing them."""
+        intent = self.intents.read()
+        if intent is None or intent.completed:
+            return
+        log.warning(
+            "batch %d: its intent was written but not completed (a driver stopped); completing its %d "
+            "transactions before anything runs",
+            intent.batch_id,
+            len(intent.transactions),
+        )
+        self._complete(intent)
+
+    def commit(self, messages: list[SinkCommitMessage], batch_id: int) -> None:
+        from onceflow.spark.batch_intent import BatchIntent
+
+        batch_end_ms = time.time_ns() // 1_000_000
+        prepared = {m.transactional_id: m.prepared for m in messages if m.prepared}
+        intent = BatchIntent(
+            batch_id, prepared, decided_ms=time.time_ns() // 1_000_000, batch_end_ms=batch_end_ms
+        )
+        self.intents.write(intent)  # the decision: once this returns, the batch commits
+        faults.on_driver_intent(batch_id)
+        self._complete(intent)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
+        from onceflow.spark.two_phase import abort_all
+
+        intent = self.intents.read(batch_id)
+        if intent is not None:
+            if not intent.completed:
+                self._complete(intent)  # the decision to commit was taken: it stands
+            return
+        ids = {transactional_id_for(self.sink_id, i) for i in range(len(messages))}
+        ids |= {
+            m.transactional_id for m in messages if isinstance(m, SinkCommitMessage) and m.transactional_id
+        }
+        abort_all(self.options, ids)
+        log.info("batch %d: aborted the transactions of its %d tasks", batch_id, len(ids))
+
+    def _complete(self, intent) -> None:
+        from onceflow.spark.two_phase import complete_all
+
+        open_ = complete_all(
+            self.options,
+            intent.transactions,
+            after_each=lambda done: faults.on_driver_completion(intent.batch_id, done),
+        )
+        self.intents.write(dataclasses.replace(intent, completed_ms=time.time_ns() // 1_000_000))
+        log.info(
+            "batch %d committed atomically: %d transactions (%d still open)",
+            intent.batch_id,
+            len(intent.transactions),
+            open_,
+        )
 
 
 class OnceflowBatchWriter(_SinkTasks, DataSourceArrowWriter):
@@ -287,6 +415,11 @@ class OnceflowBatchWriter(_SinkTasks, DataSourceArrowWriter):
     made when the write is planned (the same for every attempt of its tasks, new for every save)."""
 
     def __init__(self, options: SinkOptions) -> None:
+        if options.guarantee == EXACTLY_ONCE_ATOMIC:
+            raise ValueError(
+                "guarantee=exactly-once-atomic is for streaming writes (its intent lives in the query's "
+                "checkpoint); a batch write is exactly once per task: use guarantee=exactly-once"
+            )
         self.options = options
         self.sink_id = f"{options.transactional_id_prefix or 'onceflow-write'}-{uuid.uuid4().hex}"
 

@@ -23,6 +23,8 @@ from onceflow.spark.option_values import OptionReader, boolean
 __all__ = [
     "AT_LEAST_ONCE",
     "EXACTLY_ONCE",
+    "EXACTLY_ONCE_ATOMIC",
+    "GUARANTEES",
     "SINK_OPTIONS",
     "SINK_PRODUCER_DEFAULTS",
     "SinkOptions",
@@ -33,6 +35,10 @@ __all__ = [
 
 AT_LEAST_ONCE = "at-least-once"
 EXACTLY_ONCE = "exactly-once"
+# KIP-939: every task prepares its transaction and the driver commits the batch's transactions
+# together, so that a read_committed reader sees a micro-batch whole or not at all.
+EXACTLY_ONCE_ATOMIC = "exactly-once-atomic"
+GUARANTEES = (EXACTLY_ONCE, EXACTLY_ONCE_ATOMIC, AT_LEAST_ONCE)
 
 # The sink's producers batch more than Kafka's defaults (batch.size 16384): a task writes a whole
 # partition of a micro-batch at once, and larger batches measured ~1.45x faster here. A
@@ -65,6 +71,11 @@ class SinkOptions:
     transactional_id_prefix: str | None = None  # None: derived from the streaming query's id
     client_id: str = "onceflow-spark-sink"
     extra: dict[str, str] = field(default_factory=dict)
+    checkpoint_location: str | None = None  # Spark's, for streaming writes
+
+    @property
+    def transactional(self) -> bool:
+        return self.guarantee in (EXACTLY_ONCE, EXACTLY_ONCE_ATOMIC)
 
 
 def producer_settings(extra: Mapping[str, str], skip: frozenset[str] | set[str] = frozenset()) -> dict:
@@ -80,8 +91,10 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     if not bootstrap:
         raise ValueError('option "kafka.bootstrap.servers" is required, e.g. 127.0.0.1:9092')
     guarantee = opts.take("guarantee", EXACTLY_ONCE).strip().lower()
-    if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
-        raise ValueError(f"option guarantee={guarantee!r}: use {EXACTLY_ONCE!r} or {AT_LEAST_ONCE!r}")
+    if guarantee not in GUARANTEES:
+        raise ValueError(
+            f"option guarantee={guarantee!r}: use {EXACTLY_ONCE!r}, {EXACTLY_ONCE_ATOMIC!r} or {AT_LEAST_ONCE!r}"
+        )
     topic = opts.take("topic")
     topic = topic.strip() if topic is not None else None
     if topic == "":
@@ -89,8 +102,8 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             'option topic is empty: name a topic, or leave the option out to use a "topic" column'
         )
     boolean(opts, "includeheaders", False)
-    for name in ("checkpointlocation", "queryname"):
-        opts.take(name)
+    checkpoint_location = opts.take("checkpointlocation")
+    opts.take("queryname")
     prefix = opts.take("transactional.id.prefix")
     settings = kafka_settings(
         opts.kafka_options(),
@@ -114,14 +127,17 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         transactional_id_prefix=prefix.strip() or None if prefix is not None else None,
         client_id=extra.get("client.id", "onceflow-spark-sink"),
         extra=extra,
+        checkpoint_location=checkpoint_location,
     )
 
 
 def _check_producer_settings(extra: Mapping[str, str], guarantee: str) -> None:
     """Build the producer config a task will build, so that a bad setting is refused now."""
     settings = producer_settings(extra, _SET_BY_SINK)
-    if guarantee == EXACTLY_ONCE:
+    if guarantee in (EXACTLY_ONCE, EXACTLY_ONCE_ATOMIC):
         settings["transactional.id"] = "onceflow-sink-check"
+    if guarantee == EXACTLY_ONCE_ATOMIC:
+        settings["transaction.two.phase.commit.enable"] = True
     try:
         ProducerConfig.from_mapping(settings)
     except InvalidConfig as exc:

@@ -16,7 +16,6 @@ UNACCEPTABLE_CREDENTIAL, an unknown mechanism UNSUPPORTED_SASL_MECHANISM, iterat
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,8 +76,7 @@ class FileScramStore:
                 for (user, mechanism), credential in sorted(credentials.items())
             ],
         }
-        write_atomically(self.path, json.dumps(document, indent=1) + "\n")
-        os.chmod(self.path, 0o600)
+        write_atomically(self.path, json.dumps(document, indent=1) + "\n", mode=0o600)
 
 
 @dataclass(frozen=True)

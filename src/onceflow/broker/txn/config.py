@@ -31,3 +31,5 @@ class TransactionConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # transaction.remove.expired.transaction.cleanup.interval.ms: how often to call expire_transactional_ids.
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    # transaction.two.phase.commit.enable: may a producer ask for two-phase commit (KIP-939)?
+    transaction_two_phase_commit_enable: bool = False

@@ -46,13 +46,19 @@ from onceflow.broker.coordinator.writer import PartitionWriter
 from onceflow.broker.txn import timeouts
 from onceflow.broker.txn.config import TransactionConfig, partition_for_key
 from onceflow.broker.txn.end_txn import decide_end_txn
-from onceflow.broker.txn.errors import IllegalTxnTransition, TransactionAbortable, TransactionalIdNotFound
+from onceflow.broker.txn.errors import (
+    IllegalTxnTransition,
+    TransactionAbortable,
+    TransactionalIdNotFound,
+    TwoPhaseCommitNotAllowed,
+)
 from onceflow.broker.txn.log_format import TopicPartition
 from onceflow.broker.txn.markers import MarkerWriter, TxnMarker
 from onceflow.broker.txn.metadata import (
     COMPLETE_STATES,
     PREPARE_STATES,
     TV_0,
+    TWO_PHASE_COMMIT_TIMEOUT_MS,
     ProducerIdAndEpoch,
     TransactionMetadata,
     TransactionState,
@@ -68,6 +74,7 @@ from onceflow.protocol.errors import (
     ErrorCode,
     InvalidProducerIdMapping,
     InvalidRequest,
+    InvalidTxnState,
     KafkaError,
     ProducerFenced,
     error_code_for,
@@ -230,15 +237,54 @@ class TransactionCoordinator:
     # -- InitProducerId ------------------------------------------------------------------------------
 
     async def init_producer_id(
-        self, transactional_id: str | None, txn_timeout_ms: int, expected: ProducerIdAndEpoch | None = None
+        self,
+        transactional_id: str | None,
+        txn_timeout_ms: int,
+        expected: ProducerIdAndEpoch | None = None,
+        *,
+        enable_2pc: bool = False,
     ) -> ProducerIdAndEpoch:
         """InitProducerId. ``transactional_id`` None: an idempotent producer, a fresh id at epoch 0.
-        ``expected`` (KIP-360, v3+) is the producer's current id and epoch, or None for (-1, -1)."""
+        ``expected`` (KIP-360, v3+) is the producer's current id and epoch, or None for (-1, -1).
+        ``enable_2pc`` (KIP-939, v6): the id's transactions are two-phase commit ones, never aborted
+        on a timeout (``transaction.two.phase.commit.enable`` must allow it)."""
+        result, _ = await self._init(transactional_id, txn_timeout_ms, expected, enable_2pc, False)
+        return result
+
+    async def init_keeping_prepared_txn(
+        self, transactional_id: str, expected: ProducerIdAndEpoch | None = None
+    ) -> tuple[ProducerIdAndEpoch, ProducerIdAndEpoch | None]:
+        """InitProducerId v6 with enable2Pc and keepPreparedTxn (KIP-939): a producer taking over a
+        transactional id whose transaction was prepared by a producer that is gone. An open two-phase
+        commit transaction is kept (not aborted) and its producer fenced by an epoch bump; the answer
+        is the new producer id and epoch, and the id and epoch that wrote the open transaction (None
+        when none is open; the producer then starts afresh as after any InitProducerId)."""
+        return await self._init(transactional_id, 0, expected, True, True)
+
+    async def _init(
+        self,
+        transactional_id: str | None,
+        txn_timeout_ms: int,
+        expected: ProducerIdAndEpoch | None,
+        enable_2pc: bool,
+        keep_prepared_txn: bool,
+    ) -> tuple[ProducerIdAndEpoch, ProducerIdAndEpoch | None]:
         if transactional_id is None:
-            return ProducerIdAndEpoch(self._producer_ids.generate_producer_id(), 0)
+            if enable_2pc or keep_prepared_txn:
+                raise InvalidRequest("two-phase commit needs a transactional.id")
+            return ProducerIdAndEpoch(self._producer_ids.generate_producer_id(), 0), None
         if not transactional_id:
             raise InvalidRequest("an empty transactional.id is not allowed")
-        self.state.validate_transaction_timeout(txn_timeout_ms)
+        if enable_2pc and not self.config.transaction_two_phase_commit_enable:
+            raise TwoPhaseCommitNotAllowed(
+                f"transactional id {transactional_id!r} asks for two-phase commit, which "
+                "transaction.two.phase.commit.enable does not allow on this broker"
+            )
+        if keep_prepared_txn and not enable_2pc:
+            raise InvalidRequest("keepPreparedTxn is for two-phase commit producers (enable2Pc) only")
+        self.state.validate_transaction_timeout(txn_timeout_ms, enable_2pc)
+        if enable_2pc:
+            txn_timeout_ms = TWO_PHASE_COMMIT_TIMEOUT_MS
         metadata = self.state.get(transactional_id)
         new = metadata is None
         if metadata is None:
@@ -249,7 +295,12 @@ class TransactionCoordinator:
                 txn_timeout_ms=txn_timeout_ms,
                 txn_last_update_timestamp=self._clock_ms(),
             )
-        transition = self._prepare_init(metadata, txn_timeout_ms, expected)
+        ongoing = None
+        if keep_prepared_txn and metadata.state is TransactionState.ONGOING:
+            transition = self._prepare_keep(metadata, expected)
+            ongoing = ProducerIdAndEpoch(metadata.producer_id, metadata.producer_epoch)
+        else:
+            transition = self._prepare_init(metadata, txn_timeout_ms, expected)
         if transition.epoch_fence:
             # A transaction is open: abort it under a bumped epoch (fencing the old producer), then
             # let the client retry; the retry bumps the epoch again (or rotates the producer id).
@@ -259,12 +310,32 @@ class TransactionCoordinator:
             )
         await self._write(metadata, transition, new=new)
         log.info(
-            "initialized transactional id %r: producer id %d epoch %d",
+            "initialized transactional id %r: producer id %d epoch %d%s",
             transactional_id,
             transition.producer_id,
             transition.producer_epoch,
+            f", keeping the prepared transaction of epoch {ongoing.producer_epoch}" if ongoing else "",
         )
-        return ProducerIdAndEpoch(transition.producer_id, transition.producer_epoch)
+        return ProducerIdAndEpoch(transition.producer_id, transition.producer_epoch), ongoing
+
+    def _prepare_keep(
+        self, metadata: TransactionMetadata, expected: ProducerIdAndEpoch | None
+    ) -> TxnTransition:
+        if metadata.pending_transition_in_progress:
+            raise ConcurrentTransactions(f"transactional id {metadata.transactional_id!r} is changing state")
+        if expected is not None and not self._is_valid_expected_producer(metadata, expected):
+            raise ProducerFenced(
+                f"transactional id {metadata.transactional_id!r}: producer id {expected.producer_id} "
+                f"is not the current {metadata.producer_id}"
+            )
+        if not metadata.is_two_phase_commit:
+            # Kafka's rule: only a two-phase commit transaction may be kept; an ordinary one has a
+            # timeout and belongs to its producer.
+            raise InvalidTxnState(
+                f"transactional id {metadata.transactional_id!r} has an open transaction that is not "
+                "a two-phase commit one; it cannot be kept"
+            )
+        return metadata.prepare_keep_prepared_txn(self._clock_ms())
 
     def _prepare_init(
         self, metadata: TransactionMetadata, txn_timeout_ms: int, expected: ProducerIdAndEpoch | None

@@ -2,8 +2,8 @@
 
 The coordinator raises the shared classes from :mod:`onceflow.protocol.errors` (``ProducerFenced``,
 ``InvalidTxnState``, ``CoordinatorNotAvailable``, ...), re-exported here for its modules; defined here
-are only :class:`ProducerIdsExhausted` and :class:`IllegalTxnTransition`, coordinator conditions
-rather than bad input.
+are :class:`ProducerIdsExhausted` and :class:`IllegalTxnTransition`, coordinator conditions rather
+than bad input, and :class:`TwoPhaseCommitNotAllowed`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,14 @@ class ProducerIdsExhausted(KafkaError):
     """Every producer id up to the configured maximum was handed out; nothing safe is left to give."""
 
     code = ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+class TwoPhaseCommitNotAllowed(KafkaError):
+    """A producer asked for two-phase commit (KIP-939) and the broker's
+    ``transaction.two.phase.commit.enable`` is false. Kafka answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+    the same answer as a missing permission, so that a client cannot tell the switch from an ACL."""
+
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 class IllegalTxnTransition(KafkaError):

@@ -40,6 +40,11 @@ def supports_epoch_bump(transaction_version: int) -> bool:
     return transaction_version >= TV_2
 
 
+# A two-phase commit transaction (KIP-939) is stored as one whose timeout is the largest int32: as in
+# Kafka, the flag needs no field of its own in ``__transaction_state`` and survives every reload.
+TWO_PHASE_COMMIT_TIMEOUT_MS = 2**31 - 1
+
+
 def is_epoch_exhausted(epoch: int) -> bool:
     return epoch >= MAX_EPOCH - 1
 
@@ -283,6 +288,11 @@ class TransactionMetadata:
         return self._pending
 
     @property
+    def is_two_phase_commit(self) -> bool:
+        """The id's producer asked for two-phase commit: its transactions never time out."""
+        return self._current.txn_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS
+
+    @property
     def is_producer_epoch_exhausted(self) -> bool:
         return is_epoch_exhausted(self._current.producer_epoch)
 
@@ -411,6 +421,21 @@ class TransactionMetadata:
             txn_start_timestamp=-1,
             txn_last_update_timestamp=now_ms,
             next_producer_id=NO_PRODUCER_ID,
+        )
+
+    def prepare_keep_prepared_txn(self, now_ms: int) -> TxnTransition:
+        """InitProducerId with keepPreparedTxn (KIP-939) on an open two-phase commit transaction: the
+        epoch goes up by one, which fences the producer that wrote it, and the transaction stays open
+        with its partitions and start time, for the new producer to commit or abort."""
+        if self.producer_epoch >= MAX_EPOCH - 1:
+            raise IllegalTxnTransition(
+                self.transactional_id, self.state, TransactionState.ONGOING, "epoch exhausted"
+            )
+        return self.prepare_transition(
+            TransactionState.ONGOING,
+            producer_epoch=self.producer_epoch + 1,
+            last_producer_epoch=self.producer_epoch,
+            txn_last_update_timestamp=now_ms,
         )
 
     def prepare_producer_id_rotation(

@@ -132,6 +132,7 @@ def transaction_config_from(broker_config: BrokerConfig, topics: TopicManager) -
         "transaction_state_log_num_partitions",
         "transaction_abort_timed_out_transaction_cleanup_interval_ms",
         "transaction_remove_expired_transaction_cleanup_interval_ms",
+        "transaction_two_phase_commit_enable",
     )
     values = {name: getattr(broker_config, name, getattr(defaults, name)) for name in names}
     offsets = topics.get(CONSUMER_OFFSETS_TOPIC)

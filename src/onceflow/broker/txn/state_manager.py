@@ -192,7 +192,10 @@ class TransactionStateManager:
         self.check_active()
         return iter(list(self._cache.values()))
 
-    def validate_transaction_timeout(self, txn_timeout_ms: int) -> None:
+    def validate_transaction_timeout(self, txn_timeout_ms: int, enable_2pc: bool = False) -> None:
+        """A two-phase commit producer's timeout is not checked: its transactions have none."""
+        if enable_2pc:
+            return
         if not 0 < txn_timeout_ms <= self.config.transaction_max_timeout_ms:
             raise InvalidTransactionTimeout(
                 f"transaction.timeout.ms {txn_timeout_ms} is not in (0, {self.config.transaction_max_timeout_ms}] "
@@ -202,12 +205,15 @@ class TransactionStateManager:
     # -- queries -------------------------------------------------------------------------------------
 
     def timed_out_transactions(self, partition: int, now_ms: int) -> list[TransactionMetadata]:
-        """Ongoing transactions of ``partition`` older than their timeout and not already changing."""
+        """Ongoing transactions of ``partition`` older than their timeout and not already changing. A
+        two-phase commit transaction (KIP-939) has no timeout: its outcome is its external
+        coordinator's decision, and only EndTxn or an InitProducerId without keepPreparedTxn ends it."""
         return [
             m
             for m in self.ids_of(partition)
             if not m.pending_transition_in_progress
             and m.state is TransactionState.ONGOING
+            and not m.is_two_phase_commit
             and m.txn_start_timestamp + m.txn_timeout_ms < now_ms
         ]
 

@@ -5,7 +5,8 @@ configured by :class:`ProducerConfig` (Kafka's names and defaults). Modules: ``c
 ``partitioners``, ``accumulator`` and ``batch`` (batching), ``sender`` (in-flight requests, sequence
 numbers, retries, KIP-360), ``transaction_manager`` (the transaction state machine, sans IO),
 ``txn_requests`` (coordinator APIs), ``network`` (metadata, connections, coordinators), ``faults``
-(client-side fault points), ``errors`` (what users catch).
+(client-side fault points), ``errors`` (what users catch), ``prepared_txn_state`` (KIP-939's
+``PreparedTxnState``).
 """
 
 from onceflow.client.producer.batch import RecordFuture, RecordMetadata
@@ -23,6 +24,7 @@ from onceflow.client.producer.errors import (
     TransactionAbortedError,
 )
 from onceflow.client.producer.faults import ClientFaults
+from onceflow.client.producer.prepared_txn_state import PreparedTxnState
 from onceflow.client.producer.producer import AsyncProducer, ConsumerGroupMetadata
 from onceflow.client.producer.sync import Producer
 
@@ -35,6 +37,7 @@ __all__ = [
     "FatalProducerError",
     "GroupRebalancedCommitError",
     "IllegalTransactionStateError",
+    "PreparedTxnState",
     "Producer",
     "ProducerConfig",
     "ProducerError",

@@ -21,6 +21,7 @@ from onceflow.protocol.errors import InvalidConfig
 # (ProducerStateEntry.NUM_BATCHES_TO_RETAIN); a retried batch older than that is not recognised as a
 # duplicate, so with idempotence at most 5 requests may be in flight per connection.
 MAX_IN_FLIGHT_WITH_IDEMPOTENCE = 5
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60000
 
 ROUND_ROBIN_NAMES = frozenset(
     {
@@ -56,7 +57,12 @@ class ProducerConfig:
     partitioner_ignore_keys: bool = False
     metadata_max_age_ms: int = 300000
     transactional_id: str | None = None
-    transaction_timeout_ms: int = 60000
+    # None: Kafka's default, 60000. Refused when set together with transaction.two.phase.commit.enable.
+    transaction_timeout_ms: int | None = None
+    # KIP-939: the transactions of this producer take part in a two-phase commit run by an external
+    # coordinator: prepare_transaction(), complete_transaction(), init_transactions(keep_prepared_txn=True),
+    # and the broker never aborts them on a timeout (it must allow it: the broker's setting of the same name).
+    transaction_two_phase_commit_enable: bool = False
     # TLS and SASL, librdkafka's names (client/security.py); PLAINTEXT by default.
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
@@ -75,6 +81,19 @@ class ProducerConfig:
         set_ = object.__setattr__  # frozen: normalise in place once
         _convert_strings(self)
         set_(self, "acks", _normalise_acks(self.acks))
+        if self.transaction_two_phase_commit_enable:
+            if self.transactional_id is None:
+                raise InvalidConfig(
+                    "transaction.two.phase.commit.enable=true needs a transactional.id: only transactions "
+                    "take part in a two-phase commit"
+                )
+            if self.transaction_timeout_ms is not None:
+                raise InvalidConfig(
+                    "transaction.timeout.ms cannot be set when transaction.two.phase.commit.enable is true: "
+                    "a two-phase commit transaction never times out (its coordinator decides its outcome)"
+                )
+        if self.transaction_timeout_ms is None:
+            set_(self, "transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
         for name in (
             "max_in_flight_requests_per_connection",
             "batch_size",
@@ -167,8 +186,11 @@ class ProducerConfig:
         return cls(**values)
 
     def to_mapping(self) -> dict[str, Any]:
-        """The settings under Kafka's dotted names."""
-        return {_kafka_name(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The settings under Kafka's dotted names (``from_mapping`` of it gives an equal config)."""
+        mapping = {_kafka_name(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.transaction_two_phase_commit_enable:
+            del mapping["transaction.timeout.ms"]  # the default; setting it is refused with 2PC
+        return mapping
 
 
 # Fields whose values may arrive as strings (properties files, Spark options, command lines): Kafka's
@@ -191,7 +213,12 @@ _INT_FIELDS = frozenset(
     }
 )
 _BOOL_FIELDS = frozenset(
-    {"enable_idempotence", "partitioner_ignore_keys", "unsafe_allow_max_in_flight_above_5"}
+    {
+        "enable_idempotence",
+        "partitioner_ignore_keys",
+        "unsafe_allow_max_in_flight_above_5",
+        "transaction_two_phase_commit_enable",
+    }
 )
 _STR_FIELDS = frozenset(
     {"bootstrap_servers", "client_id", "compression_type", "partitioner_class", "transactional_id"}
@@ -203,7 +230,7 @@ def _convert_strings(config: ProducerConfig) -> None:
     anything else of the wrong type is refused with the setting's Kafka name."""
     for name in _INT_FIELDS:
         value = getattr(config, name)
-        if type(value) is int:
+        if type(value) is int or (value is None and name == "transaction_timeout_ms"):
             continue
         if isinstance(value, str):
             try:

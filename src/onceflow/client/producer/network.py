@@ -20,7 +20,13 @@ from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.find_coordinator import find_coordinator
 from onceflow.client.producer.errors import COORDINATOR_CODES, ProducerClosedError
 from onceflow.client.security import ClientSecurity
-from onceflow.protocol.errors import ErrorCode, InvalidTopic, KafkaError, TopicAuthorizationFailed
+from onceflow.protocol.errors import (
+    ErrorCode,
+    InvalidTopic,
+    KafkaError,
+    TopicAuthorizationFailed,
+    UnsupportedVersion,
+)
 from onceflow.protocol.transaction_versions import TRANSACTION_VERSION_FEATURE
 
 log = logging.getLogger(__name__)
@@ -208,10 +214,14 @@ class ProducerNetwork:
         what: str,
         deadline: float,
         max_version: int | None = None,
+        min_version: int | None = None,
+        below_min_version: str = "",
         retry_codes: frozenset[ErrorCode] = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS}),
     ) -> ApiMessage:
         """Send to the coordinator of ``key``, finding it again on coordinator errors and retrying
-        retriable answers until ``deadline``; returns the first response whose error is not retried."""
+        retriable answers until ``deadline``; returns the first response whose error is not retried.
+        A coordinator whose highest version is below ``min_version`` gets nothing: UnsupportedVersion
+        with ``below_min_version`` as its message."""
         backoff = min(self.retry_backoff_s, 0.02)  # Kafka retries CONCURRENT_TRANSACTIONS after 20 ms
         while True:
             code = ErrorCode.NONE
@@ -221,6 +231,10 @@ class ProducerNetwork:
                 version = conn.version_for(type(request))
                 if max_version is not None:
                     version = min(version, max_version)
+                if min_version is not None and version < min_version:
+                    raise UnsupportedVersion(
+                        f"{what}: {below_min_version or f'the broker has no version {min_version}'}"
+                    )
                 response = await conn.send(request, version=version)
                 code = ErrorCode(error_of(response))
             except KafkaError as exc:

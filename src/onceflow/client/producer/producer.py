@@ -44,6 +44,7 @@ from onceflow.client.producer.errors import (
     FATAL_CODES,
     BufferExhaustedError,
     FatalProducerError,
+    IllegalTransactionStateError,
     ProducerClosedError,
     RecordTooLargeError,
     TransactionAbortedError,
@@ -52,10 +53,11 @@ from onceflow.client.producer.faults import ClientFaults
 from onceflow.client.producer.metrics import ProducerMetrics
 from onceflow.client.producer.network import ProducerNetwork
 from onceflow.client.producer.partitioners import DefaultPartitioner, partitioner_for
+from onceflow.client.producer.prepared_txn_state import PreparedTxnState
 from onceflow.client.producer.sender import Sender
 from onceflow.client.producer.transaction_manager import TransactionManager, TxnEvent, TxnState
 from onceflow.protocol.compression import CompressionType
-from onceflow.protocol.errors import KafkaError
+from onceflow.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -580,36 +582,109 @@ class AsyncProducer:
         if not self.txn.is_transactional:
             raise FatalProducerError(f"{what}() needs a transactional.id in the producer's configuration")
 
-    async def init_transactions(self) -> None:
+    async def init_transactions(self, keep_prepared_txn: bool = False) -> None:
         """Get the producer id and epoch for transactional.id. This fences every earlier producer with
         the same transactional.id (their sends and commits fail with ProducerFencedError) and makes the
-        coordinator finish any transaction they left open. Call once, before the first transaction."""
+        coordinator finish any transaction they left open. Call once, before the first transaction.
+
+        ``keep_prepared_txn`` (KIP-939, a producer with transaction.two.phase.commit.enable): a
+        transaction the earlier producer prepared is kept instead of aborted, and this producer is then
+        in it, prepared: finish it with ``complete_transaction(state)`` (or commit/abort)."""
         self._require_transactional("init_transactions")
+        if keep_prepared_txn and not self.config.transaction_two_phase_commit_enable:
+            raise IllegalTransactionStateError(
+                "init_transactions(keep_prepared_txn=True) is for two-phase commit producers: set "
+                "transaction.two.phase.commit.enable=true"
+            )
         started = time.perf_counter()
         try:
             if not self._started:
                 await self.start()
             self.txn.transition(TxnEvent.INIT)
-            await self._init_producer_id()
+            await self._init_producer_id(keep_prepared_txn)
         finally:
             self._metrics.txn_init_time.record(elapsed_ns(started))
 
-    async def _init_producer_id(self) -> None:
+    async def _init_producer_id(self, keep_prepared_txn: bool = False) -> None:
+        ongoing = None
         try:
-            producer_id, epoch = await txn_requests.init_producer_id(self._network, self.txn, self.config)
+            if self.config.transaction_two_phase_commit_enable:
+                producer_id, epoch, ongoing = await txn_requests.init_two_phase_producer_id(
+                    self._network, self.txn, self.config, keep_prepared_txn=keep_prepared_txn
+                )
+            else:
+                producer_id, epoch = await txn_requests.init_producer_id(self._network, self.txn, self.config)
         except FatalProducerError as exc:
             self.txn.transition(TxnEvent.FAIL_FATAL, exc)
             raise
         except KafkaError as exc:
-            if exc.code in FATAL_CODES:
+            if exc.code in FATAL_CODES or exc.code == ErrorCode.UNSUPPORTED_VERSION:
                 self.txn.transition(TxnEvent.FAIL_FATAL, exc)
             raise
         self.txn.set_producer(producer_id, epoch)
         self._sender.reset_sequences()
+        if ongoing is not None:
+            # The kept transaction is this producer's now, prepared: it ends with EndTxn under the
+            # protocol the cluster uses (its partitions are already on the coordinator).
+            self.txn.transition(TxnEvent.INITIALIZED_PREPARED)
+            self.txn.prepared = ongoing
+            self.txn.started_on_coordinator = True
+            self.txn.latch_transaction_version(self._network.transaction_version())
+            log.info(
+                "transactional.id %r: producer id %d epoch %d, keeping the transaction prepared by epoch %d",
+                self.txn.transactional_id,
+                producer_id,
+                epoch,
+                ongoing[1],
+            )
+            return
         self.txn.transition(TxnEvent.INITIALIZED)
         log.info(
             "transactional.id %r: producer id %d epoch %d", self.txn.transactional_id, producer_id, epoch
         )
+
+    async def prepare_transaction(self) -> PreparedTxnState:
+        """KIP-939, first phase: flush the transaction's records and hold it, prepared, for an external
+        coordinator. Returns the state to store with the coordinator's decision; nothing more can be
+        sent in this transaction, and it never times out on the broker. Finish it with
+        ``complete_transaction(state)`` (this producer, or a new one after
+        ``init_transactions(keep_prepared_txn=True)``)."""
+        self._require_transactional("prepare_transaction")
+        if not self.config.transaction_two_phase_commit_enable:
+            raise IllegalTransactionStateError(
+                "prepare_transaction() needs transaction.two.phase.commit.enable=true"
+            )
+        self.txn.check_not_failed("prepare_transaction")
+        if self.txn.state is not TxnState.IN_TRANSACTION:
+            self.txn.transition(TxnEvent.PREPARE)  # raises, naming the state and what to do
+        await self.flush()
+        self.txn.check_not_failed("prepare_transaction")  # a record failed while flushing
+        self.txn.transition(TxnEvent.PREPARE)
+        self.txn.prepared = (self.txn.producer_id, self.txn.producer_epoch)
+        return PreparedTxnState(*self.txn.prepared)
+
+    @property
+    def prepared_transaction_state(self) -> PreparedTxnState:
+        """The prepared transaction's state (empty when none is prepared)."""
+        return PreparedTxnState(*self.txn.prepared) if self.txn.prepared else PreparedTxnState()
+
+    async def complete_transaction(self, prepared_state: PreparedTxnState | str) -> None:
+        """KIP-939, second phase: commit the prepared transaction if ``prepared_state`` is its state
+        (what ``prepare_transaction()`` returned, as stored by the coordinator), abort it otherwise."""
+        self._require_transactional("complete_transaction")
+        if isinstance(prepared_state, str):
+            prepared_state = PreparedTxnState.from_string(prepared_state)
+        if not isinstance(prepared_state, PreparedTxnState):
+            raise TypeError(f"prepared_state must be a PreparedTxnState, not {type(prepared_state).__name__}")
+        if self.txn.state is not TxnState.PREPARED_TRANSACTION:
+            raise IllegalTransactionStateError(
+                f"complete_transaction() needs a prepared transaction; the producer is in "
+                f"{self.txn.state.value}"
+            )
+        if prepared_state == self.prepared_transaction_state:
+            await self.commit_transaction()
+        else:
+            await self.abort_transaction()
 
     def begin_transaction(self) -> None:
         """Start a transaction (local: nothing is sent until the first record or offsets)."""

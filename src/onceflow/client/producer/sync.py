@@ -30,6 +30,7 @@ from onceflow.client.producer.batch import RecordFuture, RecordMetadata
 from onceflow.client.producer.config import ProducerConfig
 from onceflow.client.producer.errors import BufferExhaustedError, ProducerClosedError
 from onceflow.client.producer.faults import ClientFaults
+from onceflow.client.producer.prepared_txn_state import PreparedTxnState
 from onceflow.client.producer.producer import AsyncProducer
 
 try:  # a faster loop where installed
@@ -192,9 +193,22 @@ class Producer:
 
     # -- transactions (see AsyncProducer for the semantics) -----------------------------------------
 
-    def init_transactions(self) -> None:
-        """Register transactional.id: fences earlier producers with it and aborts what they left open."""
-        self._call(self._async.init_transactions())
+    def init_transactions(self, keep_prepared_txn: bool = False) -> None:
+        """Register transactional.id: fences earlier producers with it and aborts what they left open
+        (with ``keep_prepared_txn``, a two-phase commit producer keeps a prepared transaction)."""
+        self._call(self._async.init_transactions(keep_prepared_txn))
+
+    def prepare_transaction(self) -> PreparedTxnState:
+        """KIP-939's first phase: flush and hold the transaction for an external coordinator."""
+        return self._call(self._async.prepare_transaction())
+
+    @property
+    def prepared_transaction_state(self) -> PreparedTxnState:
+        return self._async.prepared_transaction_state
+
+    def complete_transaction(self, prepared_state: PreparedTxnState | str) -> None:
+        """KIP-939's second phase: commit if ``prepared_state`` matches the prepared transaction, else abort."""
+        self._call(self._async.complete_transaction(prepared_state))
 
     def begin_transaction(self) -> None:
         self._async.begin_transaction()

@@ -13,6 +13,16 @@ refused before anything is sent. The states are Kafka's (``TransactionManager.St
         ABORTABLE_ERROR
     any state -FAIL_FATAL-> FATAL_ERROR
 
+Two-phase commit (KIP-939, ``transaction.two.phase.commit.enable``) adds Kafka's PREPARED_TRANSACTION:
+
+    IN_TRANSACTION -PREPARE-> PREPARED_TRANSACTION          (prepare_transaction: records flushed)
+    INITIALIZING -INITIALIZED_PREPARED-> PREPARED_TRANSACTION (init_transactions(keep_prepared_txn=True)
+                                                              found a prepared transaction)
+    PREPARED_TRANSACTION -COMMIT / -ABORT-> COMMITTING_TRANSACTION / ABORTING_TRANSACTION
+
+Nothing can be sent in PREPARED_TRANSACTION, and no transaction begins: the transaction waits for
+its external coordinator's decision (complete_transaction, or commit/abort).
+
 Besides the state it keeps the transaction's bookkeeping: the producer id and epoch, the partitions
 already added on the coordinator (AddPartitionsToTxn) and those waiting to be added, and why the
 transaction can no longer commit.
@@ -42,6 +52,7 @@ class TxnState(enum.Enum):
     IN_TRANSACTION = "IN_TRANSACTION"
     COMMITTING_TRANSACTION = "COMMITTING_TRANSACTION"
     ABORTING_TRANSACTION = "ABORTING_TRANSACTION"
+    PREPARED_TRANSACTION = "PREPARED_TRANSACTION"
     ABORTABLE_ERROR = "ABORTABLE_ERROR"
     FATAL_ERROR = "FATAL_ERROR"
 
@@ -49,6 +60,8 @@ class TxnState(enum.Enum):
 class TxnEvent(enum.Enum):
     INIT = "init_transactions"
     INITIALIZED = "producer id received"
+    INITIALIZED_PREPARED = "prepared transaction kept"
+    PREPARE = "prepare_transaction"
     BEGIN = "begin_transaction"
     COMMIT = "commit_transaction"
     ABORT = "abort_transaction"
@@ -65,6 +78,10 @@ TRANSITIONS: dict[tuple[TxnState, TxnEvent], TxnState] = {
     (S.READY, E.BEGIN): S.IN_TRANSACTION,
     (S.IN_TRANSACTION, E.COMMIT): S.COMMITTING_TRANSACTION,
     (S.IN_TRANSACTION, E.ABORT): S.ABORTING_TRANSACTION,
+    (S.IN_TRANSACTION, E.PREPARE): S.PREPARED_TRANSACTION,
+    (S.INITIALIZING, E.INITIALIZED_PREPARED): S.PREPARED_TRANSACTION,
+    (S.PREPARED_TRANSACTION, E.COMMIT): S.COMMITTING_TRANSACTION,
+    (S.PREPARED_TRANSACTION, E.ABORT): S.ABORTING_TRANSACTION,
     (S.ABORTABLE_ERROR, E.ABORT): S.ABORTING_TRANSACTION,
     (S.COMMITTING_TRANSACTION, E.ENDED): S.READY,
     (S.ABORTING_TRANSACTION, E.ENDED): S.READY,
@@ -84,6 +101,7 @@ _HINTS = {
     TxnState.IN_TRANSACTION: "commit_transaction() or abort_transaction() the open transaction first",
     TxnState.ABORTABLE_ERROR: "the transaction failed: call abort_transaction()",
     TxnState.FATAL_ERROR: "the producer hit a fatal error: close it",
+    TxnState.PREPARED_TRANSACTION: "the transaction is prepared: complete_transaction() it",
 }
 
 
@@ -102,6 +120,8 @@ class TransactionManager:
         self.epoch_bump_required = False  # KIP-360: bump after the abort
         self.started_on_coordinator = False  # partitions or offsets were added: EndTxn is needed
         self.transaction_v2 = False  # this transaction uses the transaction protocol v2 (KIP-890)
+        # KIP-939: the producer id and epoch that wrote the prepared transaction, while one is.
+        self.prepared: tuple[int, int] | None = None
 
     @property
     def is_transactional(self) -> bool:
@@ -119,6 +139,7 @@ class TransactionManager:
         elif event in (TxnEvent.ENDED, TxnEvent.BEGIN):
             self.last_error = None
         if event in (TxnEvent.ENDED, TxnEvent.INITIALIZED):
+            self.prepared = None
             self.added.clear()
             self.pending.clear()
             self.started_on_coordinator = False

@@ -25,6 +25,7 @@ from onceflow.client.producer.errors import (
     FATAL_CODES,
     GroupRebalancedCommitError,
     TransactionAbortableError,
+    TransactionalIdAuthorizationError,
     fatal_error_for,
 )
 from onceflow.client.producer.network import ProducerNetwork
@@ -37,10 +38,17 @@ from onceflow.protocol.transaction_versions import (
 
 log = logging.getLogger(__name__)
 
-# Clients send AddPartitionsToTxn up to v3 (v4+ is broker-to-broker, KIP-890); InitProducerId v6 is
-# unstable (two-phase commit) in Kafka 4.
+# Clients send AddPartitionsToTxn up to v3 (v4+ is broker-to-broker, KIP-890); InitProducerId v6 (two-phase
+# commit) only for a producer with transaction.two.phase.commit.enable, as Kafka's client.
 ADD_PARTITIONS_MAX_VERSION = 3
 INIT_PRODUCER_ID_MAX_VERSION = 5
+# InitProducerId v6 is the first with Enable2Pc and KeepPreparedTxn (KIP-939): a two-phase commit
+# producer needs it, and a broker without it has no two-phase commit.
+TWO_PHASE_INIT_PRODUCER_ID_VERSION = 6
+NO_TWO_PHASE_COMMIT = (
+    "the broker does not support two-phase commit (KIP-939: InitProducerId v6 with enable2Pc); "
+    "use ordinary transactions"
+)
 # EndTxn v5 and TxnOffsetCommit v5 are KIP-890's transaction protocol v2 (an epoch bump at every EndTxn,
 # partitions and the offsets partition added by the broker); a transaction of the protocol v1 (explicit
 # AddPartitionsToTxn / AddOffsetsToTxn, one epoch per producer session) stays below them, as Kafka's
@@ -82,7 +90,38 @@ async def init_producer_id(network: ProducerNetwork, txn: TransactionManager, co
             if not code.retriable or time.monotonic() >= deadline:
                 raise KafkaError(f"InitProducerId failed: {code.name}", code)
             await asyncio.sleep(network.retry_backoff_s)
-    bump = txn.producer_id >= 0  # KIP-360: bump our own epoch after an abortable sequence error
+    response = await _init_transactional(network, txn, config, deadline, enable_2pc=False, keep=False)
+    return response.producer_id, response.producer_epoch
+
+
+async def init_two_phase_producer_id(
+    network: ProducerNetwork, txn: TransactionManager, config, *, keep_prepared_txn: bool
+) -> tuple[int, int, tuple[int, int] | None]:
+    """InitProducerId v6 with enable2Pc (KIP-939): the producer id and epoch, and with
+    ``keep_prepared_txn`` the producer id and epoch of the prepared transaction the coordinator kept
+    (None when none was open). A broker without InitProducerId v6 has no two-phase commit: refused
+    with UNSUPPORTED_VERSION and a sentence saying so."""
+    response = await _init_transactional(
+        network, txn, config, _deadline(config), enable_2pc=True, keep=keep_prepared_txn
+    )
+    ongoing = None
+    if keep_prepared_txn and response.ongoing_txn_producer_id >= 0:
+        ongoing = (response.ongoing_txn_producer_id, response.ongoing_txn_producer_epoch)
+    return response.producer_id, response.producer_epoch, ongoing
+
+
+async def _init_transactional(
+    network: ProducerNetwork,
+    txn: TransactionManager,
+    config,
+    deadline: float,
+    *,
+    enable_2pc: bool,
+    keep: bool,
+):
+    bump = (
+        txn.producer_id >= 0 and not enable_2pc
+    )  # KIP-360: bump our own epoch after an abortable sequence error
 
     def make():
         return InitProducerIdRequest(
@@ -90,6 +129,8 @@ async def init_producer_id(network: ProducerNetwork, txn: TransactionManager, co
             transaction_timeout_ms=txn.transaction_timeout_ms,
             producer_id=txn.producer_id if bump else -1,
             producer_epoch=txn.producer_epoch if bump else -1,
+            enable2_pc=enable_2pc,
+            keep_prepared_txn=keep,
         )
 
     response = await network.coordinator_request(
@@ -99,17 +140,25 @@ async def init_producer_id(network: ProducerNetwork, txn: TransactionManager, co
         lambda r: r.error_code,
         what=f"InitProducerId({txn.transactional_id!r})",
         deadline=deadline,
-        max_version=INIT_PRODUCER_ID_MAX_VERSION,
+        max_version=TWO_PHASE_INIT_PRODUCER_ID_VERSION if enable_2pc else INIT_PRODUCER_ID_MAX_VERSION,
+        min_version=TWO_PHASE_INIT_PRODUCER_ID_VERSION if enable_2pc else None,
+        below_min_version=NO_TWO_PHASE_COMMIT,
         retry_codes=_RETRIED,
     )
     code = ErrorCode(response.error_code)
     if code != ErrorCode.NONE:
+        what = f"init_transactions({txn.transactional_id!r})"
+        if enable_2pc and code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            raise TransactionalIdAuthorizationError(
+                f"{what}: two-phase commit refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED): the broker's "
+                "transaction.two.phase.commit.enable is false, or this transactional.id may not use it"
+            )
         raise (
-            fatal_error_for(code, f"init_transactions({txn.transactional_id!r})")
+            fatal_error_for(code, what)
             if code in FATAL_CODES
-            else KafkaError(f"init_transactions({txn.transactional_id!r}) failed: {code.name}", code)
+            else KafkaError(f"{what} failed: {code.name}", code)
         )
-    return response.producer_id, response.producer_epoch
+    return response
 
 
 async def add_partitions_to_txn(
