@@ -51,6 +51,8 @@ class ClusterMetadata:
         self.on_partitions_deleted = on_partitions_deleted
         # Called with the image's client quotas whenever they change (a cluster broker's quotas).
         self.on_quotas: Callable[[Any], None] | None = None
+        # Called with each image once the logs follow it (the replica manager acts on it then).
+        self.on_image: Callable[[MetadataImage], None] | None = None
         # Whether the logs follow the image yet (the broker opens them once it has caught up).
         self._publishing = False
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -155,6 +157,8 @@ class ClusterMetadata:
                 },
                 existing=existing,
             )
+        if self.on_image is not None:
+            self.on_image(after)
 
     # ------------------------------------------------------------ what handlers ask
 

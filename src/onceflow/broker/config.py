@@ -69,7 +69,7 @@ class BrokerConfig:
     log_message_timestamp_after_max_ms: int = 2**63 - 1  # -> message.timestamp.after.max.ms
     log_flush_interval_messages: int = 2**63 - 1  # log.flush.interval.messages -> flush.messages
     log_flush_interval_ms: int = 2**63 - 1  # log.flush.interval.ms -> flush.ms
-    unclean_leader_election_enable: bool = False  # no effect: one broker
+    unclean_leader_election_enable: bool = False  # unclean.leader.election.enable (the controller's)
     log_preallocate: bool = False  # log.preallocate -> preallocate (no effect)
     log_segment_delete_delay_ms: int = 60000  # -> file.delete.delay.ms (no effect: deleted at once)
     log_roll_jitter_ms: int = 0  # log.roll.jitter.ms -> segment.jitter.ms (no effect)
@@ -114,6 +114,19 @@ class BrokerConfig:
     # advertises it and clients pick their transaction protocol from it (2: implicit partitions, an
     # epoch bump per EndTxn v5). As in Kafka, the broker answers each request by its API version.
     transaction_version: int = 2
+    # Partition replication (broker/replica; Kafka's names and defaults).
+    replica_lag_time_max_ms: int = 30000  # replica.lag.time.max.ms: out of the ISR after this long behind
+    replica_fetch_max_bytes: int = 1048576  # replica.fetch.max.bytes (per partition)
+    replica_fetch_response_max_bytes: int = 10485760  # replica.fetch.response.max.bytes
+    replica_fetch_wait_max_ms: int = 500  # replica.fetch.wait.max.ms
+    replica_fetch_min_bytes: int = 1  # replica.fetch.min.bytes
+    replica_fetch_backoff_ms: int = 1000  # replica.fetch.backoff.ms
+    replica_high_watermark_checkpoint_interval_ms: int = 5000  # replica.high.watermark.checkpoint.interval.ms
+    # The internal topics' replication factors (a cluster of one broker uses 1) and the transaction
+    # log's min.insync.replicas; __consumer_offsets takes the broker's min.insync.replicas, as in Kafka.
+    offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor
+    transaction_state_log_replication_factor: int = 3  # transaction.state.log.replication.factor
+    transaction_state_log_min_isr: int = 2  # transaction.state.log.min.isr
     # Prometheus metrics (broker/metrics; docs/metrics.md): HTTP /metrics on this port, -1: none, 0: any
     # free port. onceflow's own settings: Kafka leaves metrics to the JMX exporter, whose names we use.
     metrics_port: int = -1  # metrics.port

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from onceflow.broker.group.service import GroupService
     from onceflow.broker.metrics.broker_metrics import BrokerMetrics
     from onceflow.broker.quotas.manager import ClientQuotas
+    from onceflow.broker.replica.service import ReplicationService
     from onceflow.broker.security.authorizer import StandardAuthorizer
     from onceflow.broker.security.credentials import ScramCredentials
     from onceflow.broker.topics import TopicManager
@@ -54,6 +55,9 @@ class BrokerServices:
     txn_router: TransactionRouter | None = None
     # A cluster broker: client quotas are the metadata image's, changed through the controller.
     quotas_from_metadata: bool = False
+    # Partition replication (broker.replica.service.ReplicationService); None: partitions are not
+    # replicated (a broker run without a node, in tests and tools).
+    replication: ReplicationService | None = None
     # broker/security: the ACL authorizer (None: none configured, everything is allowed, as in Kafka)
     # and the SCRAM credentials (None: a cluster broker, where they are not kept yet).
     authorizer: StandardAuthorizer | None = None

@@ -27,6 +27,11 @@ DELAY_RESPONSE = "delay-response"
 # __transaction_state, before any marker is written: recovery must then finish the transaction.
 CRASH_AFTER_PREPARE = "crash-after-prepare"
 
+# Produce path, replicated partitions. Once an acks=all produce is in every ISR member's log, kill
+# the process (SIGKILL) before answering: the seeds' failover story, where the producer's retry goes
+# to the new leader, which must answer it as a duplicate with the original offset.
+CRASH_AFTER_REPLICATION = "crash-after-replication"
+
 # Coordinator runtime. An append to __consumer_offsets or __transaction_state fails as a broken disk
 # would (KAFKA_STORAGE_ERROR) with nothing written: the coordinator's state stays as it was and the
 # request is answered NOT_COORDINATOR, which clients retry.
@@ -34,6 +39,7 @@ FAIL_COORDINATOR_APPEND = "fail-coordinator-append"
 
 FAULT_POINTS = frozenset(
     {
+        CRASH_AFTER_REPLICATION,
         DROP_REQUEST_BEFORE_APPEND,
         DROP_RESPONSE_AFTER_APPEND,
         DISCONNECT_AFTER_APPEND,

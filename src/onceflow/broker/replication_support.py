@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-REPLICATION_AVAILABLE = False
+REPLICATION_AVAILABLE = True
 
 
 def replication_factor_refusal(ctx: Any, topic: Any) -> str | None:

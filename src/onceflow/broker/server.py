@@ -69,9 +69,11 @@ from onceflow.protocol.internal_topics import CONSUMER_OFFSETS_TOPIC, TRANSACTIO
 if TYPE_CHECKING:
     from onceflow.broker.cluster_metadata import ClusterMetadata
     from onceflow.broker.quotas.store import QuotaStore
+    from onceflow.broker.replica.service import ReplicationService
     from onceflow.broker.txn.coordinator import ProducerIdSource
     from onceflow.broker.txn.markers import MarkerWriter
     from onceflow.server.controller_channel import ControllerChannel
+    from onceflow.server.coordinator_failover import CoordinatorFailover
     from onceflow.server.txn_router import TransactionRouter
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,10 @@ class Broker:
         # A cluster node's transaction markers also go to other brokers (set by the node).
         self.wrap_markers: Callable[[MarkerWriter], MarkerWriter] | None = None
         self.txn_router: TransactionRouter | None = None  # the node's server.txn_router on a cluster
+        self.replication: ReplicationService | None = None  # the node's replication on a cluster
+        # A cluster node's coordinators load and unload partitions as this broker leads them (set by
+        # the node); None: they own every partition (one broker).
+        self.coordinator_failover: CoordinatorFailover | None = None
         # A cluster broker's client quotas come from the metadata image (set by the node).
         self.quota_store: QuotaStore | None = None
         # SCRAM credentials in <data-dir>/scram-credentials.json: a single node's. A cluster broker
@@ -187,13 +193,26 @@ class Broker:
         first = self.listeners[0][0]
         host, port = (advertised or self.bound)[first]
         authorizer_settings = self.security.authorizer
-        groups = start_group_coordinator(self.config, self.topics, self.faults)
+        failover = self.coordinator_failover
+        groups = start_group_coordinator(
+            self.config,
+            self.topics,
+            self.faults,
+            owned=None if failover is None else failover.owned(CONSUMER_OFFSETS_TOPIC),
+        )
         # The one producer-id allocator of this broker (InitProducerId; the transaction coordinator
         # must use this same instance, or ids could repeat).
         producer_ids = self._producer_ids or ProducerIdManager(self.config.data_dir)
         transactions = TransactionService(
             self.config, self.topics, groups, self.faults, producer_ids, wrap_markers=self.wrap_markers
         )
+        if failover is not None:
+            failover.attach(CONSUMER_OFFSETS_TOPIC, groups.coordinator)
+            failover.attach(
+                TRANSACTION_STATE_TOPIC,
+                transactions.coordinator,
+                after_load=lambda _partition: transactions.coordinator.retry_incomplete_transactions(),
+            )
         self.services = BrokerServices(
             config=self.config,
             topics=self.topics,
@@ -221,6 +240,7 @@ class Broker:
             controller=self.controller,
             txn_router=self.txn_router,
             quotas_from_metadata=self.quota_store is not None,
+            replication=self.replication,
             metrics=self.metrics,
         )
         self._housekeeping = asyncio.create_task(self._run_retention(), name="retention")
@@ -236,7 +256,12 @@ class Broker:
                 close_idle_connections(lambda: self._connections, self.config.connections_max_idle_ms),
                 name="idle-connections",
             )
-        await transactions.start()  # replays __transaction_state, finishes Prepare* transactions
+        # Replays __transaction_state (on a cluster, the partitions this broker leads), finishes
+        # Prepare* transactions.
+        if failover is None:
+            await transactions.start()
+        else:
+            await transactions.start(failover.owned(TRANSACTION_STATE_TOPIC))
         if self.metrics is not None:
             self.metrics.started(self.topics)  # the coordinators' events count from here
 
@@ -270,6 +295,8 @@ class Broker:
         """Stop accepting, drop connections, flush and close every log."""
         for server in self._servers.values():
             server.close()
+        if self.coordinator_failover is not None:
+            self.coordinator_failover.detach_all()  # no loads into coordinators that are stopping
         for task in (
             self._housekeeping,
             self._flusher,

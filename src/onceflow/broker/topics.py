@@ -113,10 +113,15 @@ class Partition:
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self._waiters: set[asyncio.Future[None]] = set()
+        # On a cluster node: this broker's replica (broker.replica.partition.ReplicatedPartition) and the
+        # leader's append (the replica manager's: leader epochs in the batches, the high watermark).
+        self.replica: Any = None
+        self.appender: Any = None
         self._hw_listeners: list[Callable[[int], None]] = []
 
     def append(self, batches: list, **kwargs: Any) -> Any:
-        result = self.log.append(batches, **kwargs)
+        appender = self.appender
+        result = appender(batches, **kwargs) if appender is not None else self.log.append(batches, **kwargs)
         self.notify_new_data()
         if self._hw_listeners:
             self.advance_high_watermark()
@@ -371,6 +376,14 @@ class TopicManager:
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
             )
         return partition
+
+    def local_partition(self, topic: str, index: int) -> Partition:
+        """The partition if this broker holds a replica of it, leader or not (UNKNOWN_TOPIC_OR_PARTITION
+        otherwise): for debug readers such as ListOffsets with replica id -2."""
+        t = self._topics.get(topic)
+        if t is None or not 0 <= index < len(t.partitions) or t.partitions[index].log is None:
+            raise UnknownTopicOrPartition(f"this broker holds no replica of {topic}-{index}")
+        return t.partitions[index]
 
     def partitions(self) -> Iterator[Partition]:
         """Every partition this broker holds a log of."""

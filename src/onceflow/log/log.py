@@ -33,6 +33,14 @@ deleted. Such a start is kept in ``log-start-offset`` in the partition directory
 renamed) before DeleteRecords is answered, so an acknowledged deletion survives a crash. Kafka keeps
 one checkpoint per data directory, written every minute, and can forget a recent deletion in a crash.
 
+Replication: a leader's appends stamp its leader epoch into each batch header (outside the CRC, as the
+base offset) and ``leader_epochs`` records where each epoch started (``leader-epoch-checkpoint``); a
+follower's appends (``AppendOrigin.REPLICATION``, see ``follower_append``) keep the leader's offsets and
+epochs and run through the same producer-state validation, transaction index and LSO as the leader's.
+``truncate_to`` cuts the epochs with the log and rebuilds the producer state from the newest snapshot at
+or below the new end plus a replay. The high watermark is the log end until a replicated partition sets
+it; the LSO never passes it, and retention never deletes a segment that reaches it.
+
 Not thread-safe: the broker calls one partition's Log from one task at a time.
 """
 
@@ -50,6 +58,7 @@ from typing import NamedTuple
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.log.config import LogConfig
 from onceflow.log.durable_file import fsync_directory
+from onceflow.log.leader_epoch import UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from onceflow.log.loader import (  # noqa: F401 - LOG_START_OFFSET_FILE: importable from here as before
     CLEAN_SHUTDOWN_FILE,
     CLEANED_SUFFIX,
@@ -138,6 +147,12 @@ class Log:
         self._txn_indexes = {
             segment.base_offset: self._open_txn_index(segment.base_offset) for segment in segments
         }
+        # Which leader epoch wrote which offsets (replication; see leader_epoch), kept within the log's range.
+        self.leader_epochs = LeaderEpochCache.load(directory, rebuild=self._batch_epochs)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
+        # None: the high watermark is the log end (one replica). A replicated partition sets it.
+        self._high_watermark: int | None = None
 
     # --- opening and recovery ---
 
@@ -193,7 +208,22 @@ class Log:
 
     @property
     def high_watermark(self) -> int:
-        return self.log_end_offset  # one replica: committed as soon as written
+        """The end of what every in-sync replica holds: consumers read below it. Until a replicated
+        partition sets it (``update_high_watermark``), the log end (one replica commits on write)."""
+        hw = self._high_watermark
+        return self.log_end_offset if hw is None else hw
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped into ``[log start, log end]`` (the leader from its ISR's log
+        ends, a follower from the leader's answers, a restart from the checkpoint); returns it."""
+        hw = min(max(offset, self.log_start_offset), self.log_end_offset)
+        self._high_watermark = hw
+        return hw
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int] | None:
+        """OffsetsForLeaderEpoch: ``(largest epoch <= epoch, its end offset)``, or None if unknown."""
+        found, offset = self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
+        return None if offset == UNDEFINED_EPOCH_OFFSET else (found, offset)
 
     @property
     def last_stable_offset(self) -> int:
@@ -229,12 +259,18 @@ class Log:
     # --- append ---
 
     def append(
-        self, batches: list[tuple[BatchHeader, memoryview]], *, origin: AppendOrigin = AppendOrigin.CLIENT
+        self,
+        batches: list[tuple[BatchHeader, memoryview]],
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        leader_epoch: int | None = None,
     ) -> AppendResult:
         """Append validated batches (from ``validate_produce_records`` or ``build_control_batch``).
 
-        Client and coordinator batches get offsets from the log end; replicated batches keep theirs.
-        Raises MessageTooLarge / RecordListTooLarge before anything is written.
+        Client and coordinator batches get offsets from the log end, and ``leader_epoch`` (the leader's,
+        when the partition is replicated) in their headers; replicated batches keep both. Either way the
+        epochs are recorded in ``leader_epochs``. Raises MessageTooLarge / RecordListTooLarge before
+        anything is written (replicated batches are not held to max.message.bytes: the leader took them).
         """
         if not batches:
             return AppendResult(-1, -1, -1, self.log_start_offset)
@@ -257,7 +293,7 @@ class Log:
                     duplicate.first_offset, duplicate.last_offset, append_time, self.log_start_offset, True
                 )
             batches = validate_client_batches(self.config, batches, now, self.directory.name)
-        total = self._check_sizes(batches)
+        total = self._check_sizes(batches, origin)
         # Validate before writing: an epoch or sequence error raises here and nothing is written.
         producer_appends = validate_producer_batches(
             state,
@@ -268,7 +304,7 @@ class Log:
             if self.config.log_append_time and origin is not AppendOrigin.REPLICATION
             else -1,
         )
-        buf, infos, first_offset, append_time = self._assign_offsets(batches, origin, now)
+        buf, infos, first_offset, append_time = self._assign_offsets(batches, origin, now, leader_epoch)
         last_offset = infos[-1][0]
         active = self._segments[-1]
         if active.is_full_for(
@@ -282,6 +318,7 @@ class Log:
         self._records_since_flush += sum(header.record_count for header, _ in batches)
         for completed in apply_producer_appends(state, producer_appends, self.log_end_offset):
             self._complete_txn(completed)
+        self._record_leader_epochs(batches, origin, first_offset, leader_epoch)
         self._bytes_since_snapshot += total
         if self._bytes_since_snapshot >= self.producer_snapshot_interval_bytes:
             self._take_periodic_snapshot()
@@ -340,11 +377,31 @@ class Log:
     def _open_txn_index(self, base_offset: int) -> TransactionIndex:
         return TransactionIndex(self.directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX))
 
-    def _check_sizes(self, batches: list[tuple[BatchHeader, memoryview]]) -> int:
+    def _record_leader_epochs(
+        self,
+        batches: list[tuple[BatchHeader, memoryview]],
+        origin: AppendOrigin,
+        first: int,
+        epoch: int | None,
+    ) -> None:
+        if origin is AppendOrigin.REPLICATION:
+            for header, _ in batches:
+                if header.partition_leader_epoch >= 0:
+                    self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
+        elif epoch is not None:
+            self.leader_epochs.assign(epoch, first)
+
+    def _batch_epochs(self) -> Iterator[tuple[int, int]]:
+        """``(leader epoch, base offset)`` of every stored batch (to rebuild a damaged epoch checkpoint)."""
+        for segment in self._segments:
+            for _position, header in segment.headers():
+                yield header.partition_leader_epoch, header.base_offset
+
+    def _check_sizes(self, batches: list[tuple[BatchHeader, memoryview]], origin: AppendOrigin) -> int:
         total = 0
         for header, view in batches:
             size = len(view)
-            if size > self.config.max_message_bytes:
+            if size > self.config.max_message_bytes and origin is not AppendOrigin.REPLICATION:
                 raise MessageTooLarge(
                     f"The record batch size in the append to {self.directory.name} is {size} bytes which exceeds "
                     f"the maximum configured value of {self.config.max_message_bytes} (max.message.bytes)."
@@ -360,7 +417,11 @@ class Log:
         return total
 
     def _assign_offsets(
-        self, batches: list[tuple[BatchHeader, memoryview]], origin: AppendOrigin, now: int
+        self,
+        batches: list[tuple[BatchHeader, memoryview]],
+        origin: AppendOrigin,
+        now: int,
+        leader_epoch: int | None = None,
     ) -> tuple[bytearray | memoryview, list[tuple[int, int, int]], int, int]:
         """Patch offsets (and LogAppendTime) into the bytes; returns them with each batch's
         ``(last offset, max timestamp, size)``, the first offset and the append time (-1 if none)."""
@@ -370,6 +431,7 @@ class Log:
             buf = bytearray().join(view for _, view in batches)  # one copy, then one write
         keep_offsets = origin is AppendOrigin.REPLICATION
         append_time = now if self.config.log_append_time and not keep_offsets else -1
+        stamp_epoch = leader_epoch is not None and not keep_offsets
         next_offset = self.log_end_offset
         first_offset = batches[0][0].base_offset if keep_offsets else next_offset
         if first_offset < next_offset:
@@ -383,6 +445,8 @@ class Log:
             if offset < next_offset:
                 raise InvalidRecord(f"batch offset {offset} goes backwards (log end {next_offset})")
             records.set_base_offset(buf, position, offset)
+            if stamp_epoch:
+                records.set_partition_leader_epoch(buf, position, leader_epoch)
             max_timestamp = header.max_timestamp
             if append_time >= 0:
                 records.set_log_append_time(buf, position, append_time)
@@ -469,6 +533,7 @@ class Log:
         self._deleted_below = offset
         if self._delete_oldest(self._below_log_start, "records deleted below the log start"):
             delete_snapshots_before(self.directory, self._segments[0].base_offset)
+        self.leader_epochs.truncate_from_start(offset)
         log.info("deleted records of %s below offset %d", self.directory.name, offset)
         return offset
 
@@ -477,8 +542,14 @@ class Log:
         return self._bases[1] <= self._deleted_below
 
     def _delete_oldest(self, should_delete: Callable[[LogSegment], bool], reason: str) -> int:
+        """Delete segments from the oldest while ``should_delete`` says so: never the active one, nor one
+        holding offsets at or above the high watermark (a replica may still need them)."""
         count = 0
-        while len(self._segments) > 1 and should_delete(self._segments[0]):
+        while (
+            len(self._segments) > 1
+            and self._bases[1] <= self.high_watermark
+            and should_delete(self._segments[0])
+        ):
             self._directory_changed = True
             segment = self._segments.pop(0)
             self._bases.pop(0)
@@ -493,6 +564,8 @@ class Log:
                 reason,
                 self.log_start_offset,
             )
+        if count:
+            self.leader_epochs.truncate_from_start(self.log_start_offset)
         return count
 
     def replace_segments(self, sources: list, cleaned: Path, aborted: list[AbortedTxn]) -> bool:
@@ -552,6 +625,9 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Remove everything from ``offset`` on (from the start of the batch holding it)."""
         if offset >= self.log_end_offset:
+            # Nothing to cut, but a leader epoch this log started and never wrote in (it lost the
+            # leadership first) must go: a follower's last epoch decides where it diverges.
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
             return
         self._directory_changed = True
         now = self._clock_ms()
@@ -574,6 +650,9 @@ class Log:
             self._deleted_below = self.log_end_offset
             write_log_start_offset(self.directory, self._deleted_below)
         self._unflushed.add(self._segments[-1])
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        if self._high_watermark is not None and self._high_watermark > self.log_end_offset:
+            self._high_watermark = self.log_end_offset
         # Producer state may describe batches that are gone: reload from a snapshot not beyond the new
         # end (later ones are deleted) and replay the rest.
         state = self.producer_state
@@ -581,6 +660,29 @@ class Log:
             state.truncate_and_reload(self.log_start_offset, self.log_end_offset, self.directory, now_ms=now)
         )
         log.info("truncated %s to offset %d", self.directory.name, self.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and start it again at ``offset``: a follower whose log ends below the leader's
+        log start holds nothing the leader still has."""
+        self._directory_changed = True
+        for segment in self._segments:
+            self._unflushed.discard(segment)
+            segment.delete()
+        for index in self._txn_indexes.values():
+            index.delete()
+        segment = LogSegment.open(
+            self.directory, offset, self.config.index_interval_bytes, self._clock_ms(), recover=False
+        )
+        self._segments, self._bases = [segment], [offset]
+        self._txn_indexes = {offset: self._open_txn_index(offset)}
+        self._unflushed.add(segment)
+        self._deleted_below = offset
+        write_log_start_offset(self.directory, offset)
+        self.producer_state.truncate_fully_and_start_at(offset, self.directory)
+        self.leader_epochs.clear()
+        if self._high_watermark is not None:
+            self._high_watermark = offset
+        log.info("emptied %s: it starts again at offset %d", self.directory.name, offset)
 
     def remove_expired_producers(self, now_ms: int | None = None) -> list[int]:
         """Forget producers idle for producer.id.expiration.ms without an open transaction (the broker

@@ -229,6 +229,13 @@ TopicAuthorizationFailed = _error_class("TopicAuthorizationFailed", ErrorCode.TO
 InvalidRecord = _error_class("InvalidRecord", ErrorCode.INVALID_RECORD)
 InvalidTimestamp = _error_class("InvalidTimestamp", ErrorCode.INVALID_TIMESTAMP)
 NotEnoughReplicas = _error_class("NotEnoughReplicas", ErrorCode.NOT_ENOUGH_REPLICAS)
+NotEnoughReplicasAfterAppend = _error_class(
+    "NotEnoughReplicasAfterAppend", ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+)
+NotLeaderOrFollower = _error_class("NotLeaderOrFollower", ErrorCode.NOT_LEADER_OR_FOLLOWER)
+FencedLeaderEpoch = _error_class("FencedLeaderEpoch", ErrorCode.FENCED_LEADER_EPOCH)
+UnknownLeaderEpoch = _error_class("UnknownLeaderEpoch", ErrorCode.UNKNOWN_LEADER_EPOCH)
+RequestTimedOut = _error_class("RequestTimedOut", ErrorCode.REQUEST_TIMED_OUT)
 UnsupportedForMessageFormat = _error_class(
     "UnsupportedForMessageFormat", ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
 )

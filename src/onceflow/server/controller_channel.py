@@ -25,6 +25,7 @@ from onceflow.server.quorum import MetadataQuorum
 log = logging.getLogger(__name__)
 
 RETRY_BACKOFF_S = 0.05
+LEADER_CHECK_S = 0.1  # how often a request waiting on a remote controller checks who leads the quorum
 # A request sent on to a remote controller: (address, api key, version, request) -> response.
 RemoteSend = Callable[[tuple[str, int], int, int, Any], Awaitable[Any]]
 
@@ -99,10 +100,30 @@ class ControllerChannel:
         address = self.quorum.leader_address()
         if address is None or self.remote_send is None:
             raise NotController("no controller is known to lead right now")
-        response = await self.remote_send(address, api_key, version, request)
+        response = await self._send_while_leading(address, api_key, version, request)
         if says_not_controller(response):
             raise NotController(f"{address[0]}:{address[1]} is not the active controller")
         return response
+
+    async def _send_while_leading(
+        self, address: tuple[str, int], api_key: int, version: int, request: Any
+    ) -> Any:
+        """The remote controller's answer, given up as soon as the quorum names another leader: a
+        controller that stopped (SIGSTOP, a cut link) may hold the connection open without answering,
+        and its successor must not wait for that request's timeout (Kafka's channel moves to the new
+        controller too)."""
+        leader = self.quorum.leader
+        send = asyncio.ensure_future(self.remote_send(address, api_key, version, request))
+        try:
+            while True:
+                done, _pending = await asyncio.wait({send}, timeout=LEADER_CHECK_S)
+                if done:
+                    return send.result()
+                if self.quorum.leader != leader:
+                    raise NotController(f"the quorum's leader moved from node {leader[0]} while it was asked")
+        finally:
+            if not send.done():
+                send.cancel()
 
 
 def says_not_controller(response: Any) -> bool:

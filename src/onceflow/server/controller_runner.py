@@ -129,7 +129,9 @@ class ControllerRunner:
     def _append(self, result: ControllerResult, epoch: int) -> None:
         if not result.records:
             return
-        expected = self.controller.next_offset - 1
+        # This result's own last record: poll() decides several results before any is appended, so
+        # the controller's next offset is already past the later ones.
+        expected = result.wait_offset
         try:
             offset = self.quorum.append([to_bytes(r) for r in result.records], epoch)
         except NotLeader as exc:

@@ -52,6 +52,7 @@ from onceflow.server.migration import retire_single_node_files, single_node_reco
 from onceflow.server.peer_connections import PeerConnections
 from onceflow.server.producer_id_blocks import ControllerProducerIds
 from onceflow.server.quorum import LocalQuorum
+from onceflow.server.replication import NodeReplication
 from onceflow.server.security import broker_security
 from onceflow.server.topic_admin import AsyncTopicAdmin, LocalTopicAdmin
 from onceflow.server.txn_markers import ClusterMarkerWriter
@@ -97,6 +98,10 @@ class Node:
         self.server = server
         # One node id for both roles (the broker's answers name it too).
         self.config = dataclasses.replace(broker_config, node_id=server.node_id)
+        if server.single_node:
+            # A cluster of one broker keeps its internal topics on it (Kafka's single-broker setting).
+            self.config.offsets_topic_replication_factor = 1
+            self.config.transaction_state_log_replication_factor = 1
         self.node_id = server.node_id
         self.data_dir = Path(self.config.data_dir)
         self._lock: DataDirLock | None = None
@@ -108,6 +113,7 @@ class Node:
         self.lifecycle: BrokerLifecycle | None = None
         self.controller_listener: ControllerListener | None = None
         self.peers: PeerConnections | None = None
+        self.replication: NodeReplication | None = None
         self.metrics_endpoint: Any = None  # broker.metrics' endpoint, when metrics.port is set
         self._log_opener = log_opener
         self._quorum_factory = quorum_factory
@@ -186,12 +192,26 @@ class Node:
             self.quorum.add_listener(self.metadata)
             self.broker.metadata = self.metadata
             self.broker.controller = self.channel
+            self.replication = NodeReplication(self)
+            self.metadata.on_image = self.replication.on_image
+            self.broker.replication = self.replication.service
             # With a metadata log on disk, topics.json is only read, once (a single-node data dir).
             topics.persist_topics_file = not self.durable
             if server.single_node:
                 topics.admin = LocalTopicAdmin(self.runner, self.quorum)
             else:
-                topics.admin = AsyncTopicAdmin(self.channel, {})
+                topics.admin = AsyncTopicAdmin(
+                    self.channel,
+                    {
+                        "__transaction_state": {
+                            "min.insync.replicas": str(config.transaction_state_log_min_isr)
+                        }
+                    },
+                    {
+                        "__consumer_offsets": config.offsets_topic_replication_factor,
+                        "__transaction_state": config.transaction_state_log_replication_factor,
+                    },
+                )
             await self.broker.bind()
         if self.durable:
             self.quorum.add_listener(MetadataSnapshots(self.quorum, self._snapshot_image))
@@ -222,6 +242,8 @@ class Node:
         )
         epoch = await self.lifecycle.register()
         self._own_broker_registered = True
+        self.replication.set_broker_epoch(epoch)
+        self.replication.service.start()
         await self.metadata.wait_for_offset(epoch)
         self.metadata.start_publishing()
         self.lifecycle.start_heartbeats()
@@ -243,11 +265,18 @@ class Node:
             self.broker.quota_store = self.metadata.quota_store()
             self.metadata.on_quotas = self._quotas_changed
             self.broker.wrap_markers = lambda local: ClusterMarkerWriter(
-                local, self.metadata, self.node_id, server.inter_broker_listener_name, self.peers
+                local,
+                self.metadata,
+                self.node_id,
+                server.inter_broker_listener_name,
+                self.peers,
+                self.broker.faults,
             )
             self.broker.txn_router = TransactionRouter(
                 self.metadata, self.node_id, server.inter_broker_listener_name, self.peers
             )
+            # Coordinators serve the internal-topic partitions this broker leads, and follow them.
+            self.broker.coordinator_failover = self.replication.coordinators
         await self.broker.start_services({lst.name: (lst.host, lst.port) for lst in advertised})
         await self.broker.serve()
 
@@ -344,6 +373,9 @@ class Node:
             self.metrics_endpoint = None
         if self.lifecycle is not None:
             await self.lifecycle.stop()
+        if self.replication is not None:
+            with contextlib.suppress(Exception):
+                await self.replication.service.stop()
         if self.broker is not None:
             with contextlib.suppress(Exception):
                 await self.broker.stop()

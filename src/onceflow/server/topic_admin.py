@@ -118,16 +118,26 @@ class LocalTopicAdmin:
 class AsyncTopicAdmin:
     """Topic changes on a cluster node: sent to the active controller, not awaited."""
 
-    def __init__(self, channel: Any, internal_configs: Mapping[str, Mapping[str, str]]) -> None:
+    def __init__(
+        self,
+        channel: Any,
+        internal_configs: Mapping[str, Mapping[str, str]],
+        replication_factors: Mapping[str, int] | None = None,
+    ) -> None:
         self.channel = channel
         self.internal_configs = internal_configs
+        # The internal topics' replication factors (offsets.topic.replication.factor, ...); others 1.
+        self.replication_factors = dict(replication_factors or {})
         self._creating: set[str] = set()
 
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> None:
         if name not in self._creating:
             self._creating.add(name)
             request = create_topics_request(
-                name, partitions, {**self.internal_configs.get(name, {}), **configs}, 1
+                name,
+                partitions,
+                {**self.internal_configs.get(name, {}), **configs},
+                self.replication_factors.get(name, 1),
             )
             task = asyncio.get_running_loop().create_task(self.channel.send(19, 7, request))
             task.add_done_callback(lambda t, n=name: self._done(n, t))

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import defaultdict
 from typing import Any
 
 from kafka.protocol.producer import WriteTxnMarkersRequest
 
+from onceflow.broker import faults as fault_points
 from onceflow.broker.txn.markers import TxnMarker
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
@@ -26,12 +28,15 @@ WRITE_TXN_MARKERS = 27
 
 
 class ClusterMarkerWriter:
-    def __init__(self, local: Any, metadata: Any, node_id: int, listener: str, peers: Any) -> None:
+    def __init__(
+        self, local: Any, metadata: Any, node_id: int, listener: str, peers: Any, faults: Any = None
+    ) -> None:
         self.local = local  # the broker's own writer (txn.service.LocalMarkerWriter)
         self.metadata = metadata
         self.node_id = node_id
         self.listener = listener
         self.peers = peers
+        self.faults = faults
 
     async def write_markers(self, marker: TxnMarker) -> None:
         image = self.metadata.image
@@ -47,6 +52,11 @@ class ClusterMarkerWriter:
                 )
             else:
                 remote[registration.leader].add((topic, partition))
+        if not local and self.faults is not None and self.faults.fire(fault_points.CRASH_AFTER_PREPARE):
+            # As the local writer's fault point (which fires when some partition is ours).
+            log.error("fault crash-after-prepare: exiting before the markers of %r", marker.transactional_id)
+            logging.shutdown()
+            os._exit(1)
         jobs = [self._send(leader, marker, parts) for leader, parts in remote.items()]
         if local:
             jobs.append(self.local.write_markers(_with_partitions(marker, frozenset(local))))

@@ -42,9 +42,16 @@ class TransactionRouter:
         return self.coordinator_of(transactional_id) in (self.node_id, -1)
 
     async def add_partitions(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[tuple[str, int]],
+        *,
+        verify_only: bool = False,
     ) -> dict[tuple[str, int], ErrorCode]:
-        """Add ``partitions`` to the transaction on its coordinator; each partition's answer."""
+        """Add ``partitions`` to the transaction on its coordinator (or, ``verify_only``, check that they
+        are in it); each partition's answer."""
         coordinator = self.coordinator_of(transactional_id)
         broker = self.metadata.image.broker(coordinator)
         endpoint = None if broker is None else broker.endpoint(self.listener)
@@ -60,7 +67,7 @@ class TransactionRouter:
                     transactional_id=transactional_id,
                     producer_id=producer_id,
                     producer_epoch=producer_epoch,
-                    verify_only=False,
+                    verify_only=verify_only,
                     topics=[r.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
                 )
             ]

@@ -18,7 +18,7 @@ the same way here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from onceflow.broker.coordinator.records import CoordinatorResult, marker_batch
@@ -80,10 +80,17 @@ class GroupCoordinator:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Replay every partition of ``__consumer_offsets`` and serve them (one broker owns all)."""
+    def load(self, owned: Mapping[int, int] | None = None) -> None:
+        """Replay every partition of ``__consumer_offsets`` and serve them (one broker owns all), or,
+        on a cluster, only the ``owned`` ones ({partition: coordinator epoch}, the partitions this
+        broker leads); the others answer NOT_COORDINATOR until it leads them."""
         for partition in range(self.runtime.num_partitions):
-            self.load_partition(partition, STARTUP_COORDINATOR_EPOCH)
+            if owned is None:
+                self.load_partition(partition, STARTUP_COORDINATOR_EPOCH)
+            elif partition in owned:
+                self.load_partition(partition, owned[partition])
+            else:
+                self.unload_partition(partition)
         groups = len(self._shard.groups) + len(self.consumer_groups.all())
         log.info("group coordinator loaded %d groups", groups)
 

@@ -10,7 +10,7 @@ NOT_COORDINATOR. JoinGroup and SyncGroup answers wait the same way, inside the c
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from onceflow.broker.coordinator.commits import committed
@@ -232,7 +232,10 @@ def group_coordinator_config(broker_config: BrokerConfig) -> GroupCoordinatorCon
 
 
 def start_group_coordinator(
-    broker_config: BrokerConfig, topics: TopicManager, faults: Faults | None = None
+    broker_config: BrokerConfig,
+    topics: TopicManager,
+    faults: Faults | None = None,
+    owned: Mapping[int, int] | None = None,
 ) -> GroupService:
     """Load ``__consumer_offsets`` (created on the first write, as Kafka does) and start offset expiry.
 
@@ -251,7 +254,7 @@ def start_group_coordinator(
         partition_exists=partition_exists,
         topic_lookup=_Topics(topics),
     )
-    coordinator.load()
+    coordinator.load(owned)
     coordinator.start_expiry()
     return GroupService(coordinator)
 

@@ -47,6 +47,7 @@ from onceflow.broker.handlers import (
     offset_commit,
     offset_delete,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sasl_authenticate,
     sasl_handshake,
@@ -59,6 +60,7 @@ HANDLERS = [
     produce,
     fetch,
     list_offsets,
+    offset_for_leader_epoch,  # replication (broker/replica) and consumers after a leader change
     metadata,
     api_versions,
     create_topics,

@@ -36,6 +36,8 @@ from onceflow.broker.fetch_session import (
     PartitionRequest,
     SessionRequest,
 )
+from onceflow.broker.replica import follower_fetch
+from onceflow.broker.replica.partition import leader_epoch_error
 from onceflow.broker.security.access import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed_names, authorize
 from onceflow.broker.topics import Partition
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
@@ -53,6 +55,13 @@ _PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
 _AbortedTxn = _PartitionData.AbortedTransaction
 
 
+def _replica_id(version: int, request: FetchRequest) -> int:
+    """The follower's broker id, or -1 for a consumer."""
+    if version >= 15:
+        return request.replica_state.replica_id if request.replica_state is not None else -1
+    return request.replica_id
+
+
 def _session_request(version: int, request: FetchRequest) -> SessionRequest:
     """The session metadata and partitions of a request; v13+ name topics by id, older by name."""
     uses_topic_ids = version >= 13
@@ -67,10 +76,7 @@ def _session_request(version: int, request: FetchRequest) -> SessionRequest:
                 p.last_fetched_epoch,
                 p.log_start_offset,
             )
-    if version >= 15:
-        replica_id = request.replica_state.replica_id if request.replica_state is not None else -1
-    else:
-        replica_id = request.replica_id
+    replica_id = _replica_id(version, request)
     if version < 7:  # no session fields: sessionless, Kafka's FetchMetadata.LEGACY
         return SessionRequest(INVALID_SESSION_ID, FINAL_EPOCH, False, replica_id >= 0, partitions)
     forgotten = [
@@ -149,6 +155,9 @@ class _FetchPass:
     def _read(
         self, partition: Partition, index: int, part_req: PartitionRequest, limit: int, read_committed: bool
     ) -> _PartitionData:
+        epoch_error = leader_epoch_error(part_req.current_leader_epoch, partition.leader_epoch)
+        if epoch_error:  # KIP-320: the consumer's leader is another epoch's
+            return _error_partition(index, epoch_error)
         plog = partition.log
         upper = plog.last_stable_offset if read_committed else plog.high_watermark
         records = b""
@@ -189,6 +198,9 @@ def _aborted(plog, fetch_offset: int, upper: int, records) -> list[_AbortedTxn]:
 
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
+    replication = ctx.services.replication
+    if replication is not None and _replica_id(ctx.api_version, request) >= 0:
+        return await follower_fetch.serve(replication, request, ctx.api_version)
     session_request = _session_request(ctx.api_version, request)
     context = ctx.fetch_sessions.new_context(session_request, _now_ms())
     if context.error:

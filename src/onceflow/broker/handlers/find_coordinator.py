@@ -3,9 +3,11 @@
 A group's coordinator is the leader of its ``__consumer_offsets`` partition, a transactional id's the
 leader of its ``__transaction_state`` partition (Kafka's ``abs(hash) % partitions``), as the metadata
 image says, with that broker's endpoint on the listener the request came in on. If the internal topic
-does not exist yet it is created first (through the active controller, one replica per partition
-until partitions are replicated), as Kafka's broker does on the first FindCoordinator; a partition
-with no leader right now is COORDINATOR_NOT_AVAILABLE (the client asks again).
+does not exist yet it is created first (through the active controller, with
+``offsets.topic.replication.factor`` / ``transaction.state.log.replication.factor`` replicas and the
+transaction log's ``transaction.state.log.min.isr``), as Kafka's broker does on the first
+FindCoordinator; while the cluster has fewer live brokers than that, or a partition has no leader
+right now, the answer is COORDINATOR_NOT_AVAILABLE (the client asks again).
 
 v0-3 ask for one key; v4+ batch them (``coordinator_keys``, KIP-699). Key type 0 is a group,
 1 a transactional id; anything else is INVALID_REQUEST. A group key needs DESCRIBE on the group (else
@@ -46,29 +48,38 @@ def _refusal(ctx: RequestContext, key_type: int, key: str | None) -> ErrorCode |
     return None
 
 
-def _topic_for(ctx: RequestContext, key_type: int) -> tuple[str, int, dict[str, str]]:
-    """(internal topic, partitions it is created with, its configs) of a key type."""
+def _topic_for(ctx: RequestContext, key_type: int) -> tuple[str, int, int, dict[str, str]]:
+    """(internal topic, partitions and replication factor it is created with, its configs) of a key
+    type."""
+    config = ctx.config
     if key_type == GROUP_KEY_TYPE:
         # The group coordinator's offsets.topic.num.partitions: it hashes groups onto that count.
-        segment = str(ctx.config.offsets_topic_segment_bytes)
+        # __consumer_offsets takes the broker's min.insync.replicas, as in Kafka.
+        segment = str(config.offsets_topic_segment_bytes)
         return (
             CONSUMER_OFFSETS_TOPIC,
             GroupCoordinatorConfig().offsets_topic_num_partitions,
+            config.offsets_topic_replication_factor,
             {**INTERNAL_TOPIC_CONFIGS, "segment.bytes": segment},
         )
-    segment = str(ctx.config.transaction_state_log_segment_bytes)
+    segment = str(config.transaction_state_log_segment_bytes)
     return (
         TRANSACTION_STATE_TOPIC,
-        ctx.config.transaction_state_log_num_partitions,
-        {**INTERNAL_TOPIC_CONFIGS, "segment.bytes": segment},
+        config.transaction_state_log_num_partitions,
+        config.transaction_state_log_replication_factor,
+        {
+            **INTERNAL_TOPIC_CONFIGS,
+            "segment.bytes": segment,
+            "min.insync.replicas": str(config.transaction_state_log_min_isr),
+        },
     )
 
 
 async def _ensure_topic(ctx: RequestContext, key_type: int) -> ErrorCode:
-    name, partitions, configs = _topic_for(ctx, key_type)
+    name, partitions, factor, configs = _topic_for(ctx, key_type)
     if ctx.metadata.image.topic(name) is not None:
         return ErrorCode.NONE
-    code, _message = (await create_topics_now(ctx, [(name, partitions, 1, configs)]))[name]
+    code, _message = (await create_topics_now(ctx, [(name, partitions, factor, configs)]))[name]
     if code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     return (
@@ -85,7 +96,7 @@ def _locate(
         return refused, None, none
     if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
         return ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}", none
-    name, _partitions, _configs = _topic_for(ctx, key_type)
+    name, *_spec = _topic_for(ctx, key_type)
     image = ctx.metadata.image
     topic = image.topic(name)
     if topic is None or not topic.partitions:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.replica.partition import leader_epoch_error
 from onceflow.broker.security.access import DESCRIBE, TOPIC, allowed_names
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.record_codec import decode_batches
@@ -23,6 +24,9 @@ MAX_VERSION = 10
 REQUEST = ListOffsetsRequest
 
 LATEST = -1
+# A replica id of -2 asks as Kafka's debug consumer: a follower answers too, up to its log end (what
+# `onceflow cluster status` uses to show followers' lag).
+DEBUG_REPLICA_ID = -2
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
@@ -78,9 +82,13 @@ def _first_max_record(data: bytes, header: BatchHeader, start: int) -> tuple[int
     return found
 
 
-def _lookup(plog, timestamp: int, read_committed: bool) -> tuple[int, int]:
-    """``(offset, timestamp)`` for one partition's log; -1 for 'none'."""
-    upper = plog.last_stable_offset if read_committed else plog.high_watermark
+def _lookup(plog, timestamp: int, read_committed: bool, replica: bool = False) -> tuple[int, int]:
+    """``(offset, timestamp)`` for one partition's log; -1 for 'none'. A replica (a follower finding
+    the leader's log end) sees the whole log; consumers see it up to the high watermark or LSO."""
+    if replica:
+        upper = plog.log_end_offset
+    else:
+        upper = plog.last_stable_offset if read_committed else plog.high_watermark
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return plog.log_start_offset, -1
     if timestamp == LATEST:
@@ -103,11 +111,19 @@ def _failed(index: int, code: ErrorCode) -> _PartitionResponse:
     )
 
 
-def _partition(ctx: RequestContext, topic: str, part, read_committed: bool) -> _PartitionResponse:
+def _partition(
+    ctx: RequestContext, topic: str, part, read_committed: bool, replica: bool, debug: bool = False
+) -> _PartitionResponse:
     try:
-        partition = ctx.topics.get_partition(topic, part.partition_index)
+        if debug:  # Kafka's debug replica id: any replica answers, with its own log end
+            partition = ctx.topics.local_partition(topic, part.partition_index)
+        else:
+            partition = ctx.topics.get_partition(topic, part.partition_index)
+        epoch_error = leader_epoch_error(getattr(part, "current_leader_epoch", -1), partition.leader_epoch)
+        if epoch_error:
+            raise KafkaError(f"leader epoch of {topic}-{part.partition_index}", epoch_error)
         plog = partition.log
-        offset, timestamp = _lookup(plog, part.timestamp, read_committed)
+        offset, timestamp = _lookup(plog, part.timestamp, read_committed, replica)
     except KafkaError as exc:
         return _failed(part.partition_index, error_code_for(exc))
     return _PartitionResponse(
@@ -121,6 +137,8 @@ def _partition(ctx: RequestContext, topic: str, part, read_committed: bool) -> _
 
 async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     read_committed = ctx.api_version >= 2 and request.isolation_level == READ_COMMITTED
+    debug = request.replica_id == DEBUG_REPLICA_ID
+    replica = request.replica_id >= 0 or debug
     described = allowed_names(ctx, DESCRIBE, TOPIC, (t.name for t in request.topics))
     topics = [
         _TopicResponse(
@@ -128,7 +146,7 @@ async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffset
             partitions=[
                 _failed(p.partition_index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 if described is not None and t.name not in described
-                else _partition(ctx, t.name, p, read_committed)
+                else _partition(ctx, t.name, p, read_committed, replica, debug)
                 for p in t.partitions
             ],
         )

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
@@ -80,7 +82,11 @@ def _append_partition(
     records,
     transactional_id: str | None = None,
     acks: int = -1,
+    timeout_ms: int = 30000,
+    waits: list | None = None,
 ) -> _PartitionResponse:
+    """Append one partition's batches now. On a replicated partition an acks=all append adds
+    ``(response, future)`` to ``waits``: the future says how the ISR's wait ended."""
     topic = None
     try:
         topic = ctx.topics.get(topic_name) if topic_name is not None else None
@@ -89,8 +95,10 @@ def _append_partition(
         if topic.internal:
             raise InvalidTopic(f"cannot produce to internal topic {topic_name}")
         partition = ctx.topics.get_partition(topic_name, index)
+        replication = ctx.services.replication
+        replicated = replication is not None and partition.replica is not None
         min_insync = partition.log.config.min_insync_replicas
-        if acks == -1 and min_insync > 1:
+        if acks == -1 and min_insync > 1 and not replicated:
             # One broker: the in-sync replica set is the leader alone (Kafka's Partition check).
             raise NotEnoughReplicas(
                 f"The size of the current ISR Set(1) is insufficient to satisfy the min.isr requirement "
@@ -111,7 +119,15 @@ def _append_partition(
             ctx.api_version,
             ctx.txn_router,
         )
-        result = partition.append(batches)
+        waiter = None
+        if replicated:
+            # The leader's append (min.insync.replicas checked before it); acks=all waits after it.
+            result, waiter = replication.append_now(
+                (topic_name, index), batches, required_acks=acks, timeout_ms=timeout_ms
+            )
+            partition.notify_new_data()
+        else:
+            result = partition.append(batches)
     except KafkaError as exc:
         log.debug("produce to %s-%d failed: %s", topic_name, index, exc)
         return _failed(ctx, topic, index, error_code_for(exc), str(exc))
@@ -120,7 +136,7 @@ def _append_partition(
         return _failed(ctx, topic, index, ErrorCode.KAFKA_STORAGE_ERROR, str(exc))
     if ctx.services.metrics is not None:
         ctx.services.metrics.topics.produced(topic_name, len(records), result)
-    return _PartitionResponse(
+    response = _PartitionResponse(
         index=index,
         error_code=0,
         base_offset=result.base_offset,
@@ -129,6 +145,23 @@ def _append_partition(
         record_errors=[],
         error_message=None,
     )
+    if waiter is not None and waits is not None:
+        waits.append((response, waiter))
+    return response
+
+
+async def _await_replication(ctx: RequestContext, waits: list) -> None:
+    """acks=all: each partition's answer once its ISR has the batches, or the error that ended the
+    wait (NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT)."""
+    for response, waiter in waits:
+        error = await waiter
+        if error != ErrorCode.NONE:
+            response.error_code = int(error)
+            response.base_offset = -1
+            response.error_message = f"the batch was appended but not replicated to the ISR: {error.name}"
+    if waits and ctx.faults.fire(faults.CRASH_AFTER_REPLICATION):
+        log.error("fault crash-after-replication: killing the process before answering")
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _has_transactional_records(request: ProduceRequest) -> bool:
@@ -172,6 +205,7 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
         else {}
     )
     responses = []
+    waits: list = []
     for topic_data in request.topic_data:
         name = topic_data.name
         partitions = []
@@ -190,10 +224,18 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
                     continue
                 partitions.append(
                     _append_partition(
-                        ctx, name, data.index, data.records, request.transactional_id, request.acks
+                        ctx,
+                        name,
+                        data.index,
+                        data.records,
+                        request.transactional_id,
+                        request.acks,
+                        request.timeout_ms,
+                        waits,
                     )
                 )
         responses.append(_TopicResponse(name=name, partition_responses=partitions))
+    await _await_replication(ctx, waits)
 
     if request.acks == 0:
         if any(p.error_code for r in responses for p in r.partition_responses):

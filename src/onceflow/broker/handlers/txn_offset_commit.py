@@ -52,6 +52,9 @@ _Partition = _Topic.TxnOffsetCommitResponsePartition
 async def _check_transaction(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
     coordinator = ctx.transactions.coordinator
     tid, pid, epoch = request.transactional_id, request.producer_id, request.producer_epoch
+    router = ctx.txn_router
+    if router is not None and not router.is_local(tid):
+        return await _check_remote_transaction(ctx, router, request)
     if ctx.api_version >= FIRST_TV2_TXN_OFFSET_COMMIT_VERSION:
         try:
             await coordinator.add_offsets_to_txn(tid, pid, epoch, request.group_id, TV_2)
@@ -65,6 +68,29 @@ async def _check_transaction(ctx: RequestContext, request: TxnOffsetCommitReques
     if code == ErrorCode.TRANSACTION_ABORTABLE:
         return ErrorCode.INVALID_TXN_STATE  # not added with AddOffsetsToTxn first (KIP-890 part 1)
     if code == ErrorCode.PRODUCER_FENCED:
+        return fenced_error_code(API_KEY, ctx.api_version)
+    return code
+
+
+async def _check_remote_transaction(
+    ctx: RequestContext, router, request: TxnOffsetCommitRequest
+) -> ErrorCode:
+    """The transaction's coordinator is another broker of the cluster: ask it (AddPartitionsToTxn v5,
+    as Kafka's group coordinator does through its AddPartitionsToTxnManager) to add the group's
+    ``__consumer_offsets`` partition (transaction protocol v2) or to verify it is in the transaction."""
+    partition = (CONSUMER_OFFSETS_TOPIC, ctx.groups.partition_for(request.group_id))
+    tv2 = ctx.api_version >= FIRST_TV2_TXN_OFFSET_COMMIT_VERSION
+    codes = await router.add_partitions(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        [partition],
+        verify_only=not tv2,
+    )
+    code = codes[partition]
+    if code == ErrorCode.TRANSACTION_ABORTABLE and not tv2:
+        return ErrorCode.INVALID_TXN_STATE  # not added with AddOffsetsToTxn first (KIP-890 part 1)
+    if code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
         return fenced_error_code(API_KEY, ctx.api_version)
     return code
 

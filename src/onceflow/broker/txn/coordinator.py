@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -134,11 +134,18 @@ class TransactionCoordinator:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def load(self, coordinator_epoch: int) -> None:
-        """Load every partition of ``__transaction_state`` (one broker owns them all). Then await
+    def load(self, coordinator_epoch: int, owned: Mapping[int, int] | None = None) -> None:
+        """Load every partition of ``__transaction_state`` (one broker owns them all), or, on a
+        cluster, only the ``owned`` ones ({partition: coordinator epoch}: those this broker leads);
+        the others answer NOT_COORDINATOR until it leads them. Then await
         :meth:`retry_incomplete_transactions` to finish transactions caught in Prepare*."""
         for partition in range(self.runtime.num_partitions):
-            self.load_partition(partition, coordinator_epoch)
+            if owned is None:
+                self.load_partition(partition, coordinator_epoch)
+            elif partition in owned:
+                self.load_partition(partition, owned[partition])
+            else:
+                self.unload_partition(partition)
 
     def load_partition(self, partition: int, coordinator_epoch: int) -> None:
         """Become the coordinator of the ids of ``partition`` (after a failover: its new leader)."""
@@ -566,9 +573,10 @@ class TransactionCoordinator:
         """Finish every transaction left in PrepareCommit/PrepareAbort (after a load, or after a failed
         marker write); returns the ids completed now. Call after loading and on the abort timer."""
         done = []
-        for metadata in self.state.all_metadata():
-            if await self._complete(metadata):
-                done.append(metadata.transactional_id)
+        for partition in self.runtime.active_partitions():  # on a cluster: those this broker leads
+            for metadata in self.state.ids_of(partition):
+                if await self._complete(metadata):
+                    done.append(metadata.transactional_id)
         return done
 
     # -- timers --------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from onceflow.broker import faults as fault_points
@@ -177,9 +177,11 @@ class TransactionService:
             scheduler=AsyncioScheduler(),
         )
 
-    async def start(self) -> None:
+    async def start(self, owned: Mapping[int, int] | None = None) -> None:
+        """Load ``__transaction_state`` (``owned``: only those partitions, under those epochs), finish
+        the transactions found in PrepareCommit/PrepareAbort, start the timers."""
         coordinator = self.coordinator
-        coordinator.load(STARTUP_COORDINATOR_EPOCH)
+        coordinator.load(STARTUP_COORDINATOR_EPOCH, owned)
         done = await coordinator.retry_incomplete_transactions()
         if done:
             log.info("completed %d transaction(s) found in PrepareCommit/PrepareAbort: %s", len(done), done)

@@ -21,6 +21,13 @@ from onceflow.client.async_client import AsyncClient
 from onceflow.client.connection import BrokerConnectionError, Connection
 from onceflow.client.consumer.config import ConsumerConfig
 from onceflow.client.consumer.metrics import ConsumerMetrics
+from onceflow.client.consumer.position_validation import (
+    LogTruncation,
+    Outcome,
+    build_request,
+    judge,
+    needs_validation,
+)
 from onceflow.client.consumer.structs import TopicPartition
 from onceflow.client.consumer.subscription_state import PartitionState, SubscriptionState
 from onceflow.client.fetch_records import READ_COMMITTED, AbortedTransactions
@@ -49,6 +56,20 @@ _METADATA_ERRORS = frozenset(
 )
 
 
+def batch_epochs(records: bytes | memoryview) -> list[tuple[int, int]]:
+    """``(last offset, partition leader epoch)`` of every whole batch in ``records``."""
+    out = []
+    pos = 0
+    end = len(records)
+    while end - pos >= BATCH_HEADER_SIZE:
+        header = read_header(records, pos)
+        if pos + header.size > end:
+            break
+        out.append((header.last_offset, header.partition_leader_epoch))
+        pos += header.size
+    return out
+
+
 def next_offset_after(records: bytes | memoryview, fetch_offset: int) -> int:
     """The offset after the last complete batch in a fetched record set (headers only, no decoding)."""
     view = memoryview(records)
@@ -74,6 +95,15 @@ class CompletedFetch:
     records: list | None = None
     cursor: int = 0
     size: int = field(default=0)
+    # (last offset, partition leader epoch) of each batch, for the position's epoch (KIP-320)
+    batch_epochs: list[tuple[int, int]] = field(default_factory=list)
+
+    def epoch_of(self, offset: int) -> int | None:
+        """The leader epoch of the batch holding ``offset`` (None if no batch says)."""
+        for last, epoch in self.batch_epochs:
+            if offset <= last:
+                return epoch if epoch >= 0 else None
+        return None
 
     def decode(self, isolation_level: int, check_crcs: bool) -> list:
         if self.records is None:
@@ -135,6 +165,7 @@ class Fetcher:
         self._loops: dict[int, asyncio.Task] = {}
         self._connections: dict[int, Connection] = {}
         self._leaders: dict[TopicPartition, int] = {}
+        self._leader_epochs: dict[TopicPartition, int] = {}
         self._brokers: dict[int, tuple[str, int]] = {}
         self.data_ready = asyncio.Event()
         self._wakeup = asyncio.Event()
@@ -176,8 +207,21 @@ class Fetcher:
         for topic, info in metadata.topics.items():
             for p, pinfo in info.partitions.items():
                 if pinfo.leader >= 0:
-                    self._leaders[TopicPartition(topic, p)] = pinfo.leader
+                    tp = TopicPartition(topic, p)
+                    self._leaders[tp] = pinfo.leader
+                    self._note_leader_epoch(tp, pinfo.leader_epoch)
         self._metadata_stale = False
+
+    def _note_leader_epoch(self, tp: TopicPartition, leader_epoch: int) -> None:
+        """A (maybe) new leader epoch: an assigned position read under an older one waits for the new
+        leader to confirm it (KIP-320)."""
+        self._leader_epochs[tp] = leader_epoch
+        st = self.subscriptions.partitions.get(tp)
+        if st is None or leader_epoch <= st.leader_epoch:
+            return
+        if needs_validation(st, leader_epoch):
+            st.awaiting_validation = True
+        st.leader_epoch = leader_epoch
 
     async def close(self) -> None:
         self._closed = True
@@ -200,7 +244,7 @@ class Fetcher:
     def _fetchable(self, node: int) -> list[tuple[TopicPartition, PartitionState]]:
         out = []
         for tp, st in self.subscriptions.partitions.items():
-            if st.paused or st.fetch_offset is None or st.error is not None:
+            if st.paused or st.fetch_offset is None or st.error is not None or st.awaiting_validation:
                 continue
             if self._leaders.get(tp) != node:
                 continue
@@ -213,6 +257,10 @@ class Fetcher:
     async def _fetch_loop(self, node: int) -> None:
         backoff = self.config.retry_backoff_ms / 1000
         while not self._closed:
+            if not await self._validate_positions(node):
+                await asyncio.sleep(backoff)
+                await self._refresh_quietly()
+                continue
             partitions = self._fetchable(node)
             if not partitions:
                 self._wakeup.clear()
@@ -241,6 +289,76 @@ class Fetcher:
             if size < 0:
                 await asyncio.sleep(backoff)
                 await self._refresh_quietly()
+
+    async def _validate_positions(self, node: int) -> bool:
+        """Ask ``node`` to confirm the positions that wait for it (KIP-320); False to back off."""
+        waiting = [
+            (tp, st)
+            for tp, st in self.subscriptions.partitions.items()
+            if st.awaiting_validation and self._leaders.get(tp) == node and st.position is not None
+        ]
+        if not waiting:
+            return True
+        try:
+            conn = await self._connection(node)
+            response = await conn.send(build_request(waiting))
+        except (BrokerConnectionError, KafkaError, OSError) as exc:
+            log.info("validating positions with node %d failed: %s", node, exc)
+            self._drop_connection(node)
+            self._metadata_stale = True
+            return False
+        sent = {tp: (st.epoch, st.position) for tp, st in waiting}
+        retry = False
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.topic, p.partition)
+                st = self.subscriptions.partitions.get(tp)
+                if st is None or tp not in sent or sent[tp][0] != st.epoch or not st.awaiting_validation:
+                    continue
+                verdict = judge(
+                    sent[tp][1],
+                    ErrorCode(p.error_code),
+                    p.leader_epoch,
+                    p.end_offset,
+                    self.config.auto_offset_reset,
+                )
+                retry = retry or self._apply_validation(tp, st, verdict)
+        return not retry
+
+    def _apply_validation(self, tp: TopicPartition, st: PartitionState, verdict) -> bool:
+        """Act on a validation verdict; True when it must be asked again."""
+        if verdict.outcome is Outcome.RETRY:
+            self._metadata_stale = True
+            return True
+        if verdict.outcome is Outcome.VALID:
+            st.awaiting_validation = False
+        elif verdict.outcome is Outcome.SEEK:
+            log.warning(
+                "%s-%d: the log was truncated below the position %s (leader epoch %d ends at %d); "
+                "continuing from %d",
+                tp.topic,
+                tp.partition,
+                st.position,
+                verdict.epoch,
+                verdict.offset,
+                verdict.offset,
+            )
+            st.seek(verdict.offset, verdict.epoch)
+            self._buffers.pop(tp, None)
+        elif verdict.outcome is Outcome.RESET:
+            log.warning("%s-%d: the leader has no epoch of the position; resetting", tp.topic, tp.partition)
+            st.request_reset(self.config.auto_offset_reset)
+            self._buffers.pop(tp, None)
+        else:
+            st.error = LogTruncation(
+                f"the log of {tp.topic}-{tp.partition} was truncated below the position {st.position} "
+                f"(diverging at {verdict.offset if verdict.offset >= 0 else 'an unknown offset'}) and "
+                "auto.offset.reset=none: seek() to go on",
+                verdict.offset if verdict.offset >= 0 else None,
+            )
+            st.awaiting_validation = False
+        self.data_ready.set()
+        return False
 
     async def _refresh_quietly(self) -> None:
         try:
@@ -285,6 +403,7 @@ class Fetcher:
             by_topic.setdefault(tp.topic, []).append(
                 FetchRequest.FetchTopic.FetchPartition(
                     partition=tp.partition,
+                    current_leader_epoch=st.leader_epoch,
                     fetch_offset=st.fetch_offset,
                     partition_max_bytes=self.config.max_partition_fetch_bytes,
                 )
@@ -332,7 +451,13 @@ class Fetcher:
                         continue  # only a partial batch: ask again (KIP-74 brokers send one whole batch)
                     aborted = [(a.producer_id, a.first_offset) for a in p.aborted_transactions or ()]
                     chunk = CompletedFetch(
-                        st.epoch, fetch_offset, next_offset, records, aborted, size=len(records)
+                        st.epoch,
+                        fetch_offset,
+                        next_offset,
+                        records,
+                        aborted,
+                        size=len(records),
+                        batch_epochs=batch_epochs(records),
                     )
                     self._buffers.setdefault(tp, deque()).append(chunk)
                     st.fetch_offset = next_offset
@@ -409,11 +534,14 @@ class Fetcher:
                     else:
                         taken.extend(part)
                     st.position = part[-1].offset + 1
+                    st.offset_epoch = chunk.epoch_of(part[-1].offset)
                     remaining -= len(part)
                 if chunk.cursor >= len(records):
                     buffered.popleft()
                     size += chunk.size
-                    st.position = max(st.position, chunk.next_offset)
+                    if chunk.next_offset > st.position:
+                        st.position = chunk.next_offset
+                        st.offset_epoch = chunk.epoch_of(chunk.next_offset - 1)
                     self._wakeup.set()  # room in the buffer: fetch more
             if taken:
                 result[tp] = taken

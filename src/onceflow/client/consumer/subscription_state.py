@@ -29,19 +29,29 @@ class PartitionState:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+    # KIP-320: the leader epoch of the record before the position (None: unknown), the partition's
+    # leader epoch as metadata last said, and whether fetching waits for the new leader to confirm
+    # the position (see position_validation).
+    offset_epoch: int | None = None
+    leader_epoch: int = -1
+    awaiting_validation: bool = False
 
-    def seek(self, offset: int) -> None:
+    def seek(self, offset: int, offset_epoch: int | None = None) -> None:
         self.position = offset
         self.fetch_offset = offset
         self.epoch += 1
         self.reset_strategy = None
         self.error = None
+        self.offset_epoch = offset_epoch
+        self.awaiting_validation = False
 
     def request_reset(self, strategy: str) -> None:
         self.position = None
         self.fetch_offset = None
         self.epoch += 1
         self.reset_strategy = strategy
+        self.offset_epoch = None
+        self.awaiting_validation = False
 
 
 class SubscriptionState:
