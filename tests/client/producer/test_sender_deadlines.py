@@ -1,7 +1,8 @@
-"""delivery.timeout.ms bounds every record, whatever state its partition is in: a batch that expires
-while it waits to be retried (its partition without a leader) fails, and the partition goes on with
-the next batches under a new epoch instead of staying blocked with nothing to wake the sender (a
-flush that never returned under leader kills)."""
+"""Every record ends acknowledged or failed within delivery.timeout.ms, whatever state its partition
+is in: a batch that expires while it waits to be retried (its partition without a leader) fails, and
+the partition goes on with the next batches under a new epoch instead of staying blocked with nothing
+to wake the sender; a callback that raises does not strand the other batches of its answer (both left
+a flush waiting for ever)."""
 
 from __future__ import annotations
 
@@ -79,3 +80,37 @@ def test_a_retry_expiring_without_a_leader_fails_and_the_partition_goes_on_under
     assert third.exception() is None
     assert brokers[1].seen == [(1, 1, 0, 1)]
     assert sender.epoch_bumps == 1
+
+
+def test_a_raising_callback_does_not_strand_the_other_batches_of_the_answer():
+    config = ProducerConfig(batch_size=200, linger_ms=0, retry_backoff_ms=10, request_timeout_ms=1000)
+    brokers = {0: ScriptedBroker(0)}
+    network = FakeNetwork(brokers, 0)
+    network.leaders[(TOPIC, 1)] = 0
+    network.partition_counts[TOPIC] = 2
+    txn = TransactionManager(None)
+    txn.set_producer(7, 0)
+    called = []
+
+    def boom(metadata, error):
+        called.append(metadata.partition)
+        raise RuntimeError("a user's callback failed")
+
+    async def scenario():
+        acc = RecordAccumulator(batch_size=200, linger_ms=0, buffer_memory=1 << 20, transactional=False)
+        sender = Sender(config, acc, network, txn)
+        acc._on_new_batch = sender.wakeup
+        sender.start()
+        # Both batches go in one request (one per partition); the first one's callback raises.
+        futures = [acc.try_append(TOPIC, p, 1, None, b"x" * 150, []) for p in (0, 1)]
+        futures[0].batch.add_callback(futures[0].index, boom)
+        await asyncio.wait_for(sender.wait_idle(), 5)
+        later = acc.try_append(TOPIC, 0, 1, None, b"x" * 150, [])
+        await asyncio.wait_for(sender.wait_idle(), 5)
+        await sender.stop()
+        return futures + [later]
+
+    futures = asyncio.run(scenario())
+    assert len(brokers[0].seen) == 3 and called == [0]
+    assert [f.done() for f in futures] == [True, True, True]  # partition 1's batch was stranded
+    assert [f.result().partition for f in futures] == [0, 1, 0]
