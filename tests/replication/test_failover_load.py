@@ -144,8 +144,14 @@ def test_leader_kills_under_idempotent_load(tmp_path):
         for name, records in acked.items():
             assert len(records) > 100, name
             for partition, offset, value in records:
-                assert where.get(value) == (partition, offset), (
-                    f"{value!r} acknowledged at {partition}/{offset}"
+                # librdkafka acknowledged a record without an offset (None) under these kills (seen once;
+                # an idempotent retry it counts as written without an answer carrying the offset). Such a
+                # record must still be stored once, in its partition.
+                expected = (
+                    (partition, offset) if offset is not None else (partition, where.get(value, (0, -1))[1])
+                )
+                assert value in where and where[value] == expected, (
+                    f"{value!r} acknowledged at {partition}/{offset}, stored at {where.get(value)}"
                 )
             # In order per partition, no gap: a producer's records of one partition are stored in the
             # order it sent them, and all of them (every one was acknowledged).
