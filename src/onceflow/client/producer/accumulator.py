@@ -315,6 +315,12 @@ class RecordAccumulator:
                     expired.append(queue.popleft())
         return expired
 
+    def oldest_created(self) -> float | None:
+        """When the oldest queued batch was created (None: nothing queued): a queue's first batch is
+        its oldest (retries go back to the front in order)."""
+        with self._lock:
+            return min((q[0].created for q in self._queues.values() if q), default=None)
+
     def drain_all(self) -> list[ProducerBatch]:
         """Remove every queued batch (abort, close): the caller completes them with an error."""
         with self._lock:

@@ -10,6 +10,7 @@ rewrites the producer id, epoch and base sequence in the header (and the CRC).
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import threading
 import time
@@ -21,6 +22,8 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from onceflow.protocol.compression import CompressionType, compress
 from onceflow.protocol.records import BATCH_HEADER_SIZE, COMPRESSION_MASK, LOG_OVERHEAD
+
+log = logging.getLogger(__name__)
 
 # Positions in the magic-2 batch header.
 _BATCH_LENGTH_POS = 8
@@ -164,7 +167,7 @@ class ProducerBatch:
             future.set_result(None)
         if self._callbacks:
             for index, callback in self._callbacks:
-                callback(*self.outcome(index))
+                _run_callback(callback, *self.outcome(index))
         if self.parent is not None:
             self.parent._part_completed()
 
@@ -346,3 +349,13 @@ def _compressed(batch: bytearray, codec: int) -> bytearray:
     _INT16.pack_into(out, _ATTRIBUTES_POS, (attributes & ~COMPRESSION_MASK) | codec)
     _UINT32.pack_into(out, _CRC_POS, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_POS:]))
     return out
+
+
+def _run_callback(callback: Callable, metadata, error) -> None:
+    """A user's callback that raises is logged, as Kafka's producer does: the sender completes the
+    other batches of the answer and goes on (an exception escaping here stranded them in flight for
+    ever, and a flush waited on them)."""
+    try:
+        callback(metadata, error)
+    except Exception:
+        log.exception("a producer callback raised; the producer goes on")

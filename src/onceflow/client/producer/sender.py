@@ -188,6 +188,9 @@ class Sender:
                     self.fail_queued(self._txn_error())
                 self._maybe_add_partitions()
             delay = await self._send_ready(now)
+            expiry = self._next_expiry(now)
+            if expiry is not None and (delay is None or expiry < delay):
+                delay = expiry
             if self.idle():
                 waiters, self._idle_waiters = self._idle_waiters, []
                 for w in waiters:
@@ -535,6 +538,10 @@ class Sender:
         return len(batches)
 
     def _expire(self, now: float) -> None:
+        """Fail the queued batches past delivery.timeout.ms. An expired batch that had a sequence
+        leaves a gap: its partition moves to a new epoch, at once if nothing of it is in flight (no
+        answer would come to do it, and the partition would stay blocked behind the bump)."""
+        gaps: dict[tuple[str, int], PartitionSequences] = {}
         for batch in self.accumulator.expire(now, self.delivery_timeout_s):
             error = DeliveryTimeoutError(
                 f"{len(batch.timestamps)} records for {batch.topic}-{batch.partition} expired: not sent "
@@ -542,9 +549,24 @@ class Sender:
             )
             self._complete(batch, -1, -1, error)
             if batch.base_sequence >= 0:
-                self._sequence_gap(
-                    (batch.topic, batch.partition), self.partitions.get((batch.topic, batch.partition)), error
-                )
+                tp = (batch.topic, batch.partition)
+                seq = self.partitions.get(tp)
+                self._sequence_gap(tp, seq, error)
+                if seq is not None:
+                    gaps[tp] = seq
+        for tp, seq in gaps.items():
+            _trim(seq.window)
+            if not seq.inflight:
+                self._resolve(tp, seq)
+
+    def _next_expiry(self, now: float) -> float | None:
+        """Seconds until the oldest queued batch reaches delivery.timeout.ms (None: nothing queued).
+        The loop wakes then even when no answer or new record comes, so a batch its partition holds
+        back still fails in time instead of waiting for ever."""
+        oldest = self.accumulator.oldest_created()
+        if oldest is None:
+            return None
+        return max(0.0, oldest + self.delivery_timeout_s - now)
 
     # -- metadata and transactions ------------------------------------------------------------------
 
