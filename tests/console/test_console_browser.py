@@ -20,7 +20,6 @@ import urllib.request
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
-from tests.broker.raw_client import RawClient
 from tests.broker.test_client_smoke import ThreadedBroker
 from tests.helpers.broker import free_port
 from tests.helpers.browser import chromium_paths, console_errors, headless_chromium, screenshot_dir
@@ -28,6 +27,7 @@ from tests.transactions import wire
 
 from onceflow.client import Consumer, Producer
 from onceflow.client.consumer.structs import TopicPartition
+from onceflow.protocol.records import validate_produce_records
 
 pytestmark = [
     pytest.mark.skipif(chromium_paths() is None, reason="needs Debian's chromium and chromium-driver"),
@@ -69,24 +69,17 @@ def _write_records(bootstrap: str) -> None:
 
 
 def _leave_a_hanging_transaction(running) -> None:
-    """Transactional data that no coordinator knows of (as after a lost coordinator state): written
-    while the broker has no transaction coordinator to check it, so no marker will ever end it."""
+    """Transactional data that no coordinator knows of (as after a lost coordinator state): appended
+    on the broker's loop past the Produce path (where the coordinator would refuse it), so no marker
+    will ever end it."""
 
-    async def produce():
-        client = await RawClient.connect(running.port)
-        try:
-            batch = wire.txn_batch([b"stuck"], HANGING_PID, 3, 0)
-            return await client.request(wire.produce(STUCK, 0, batch, "ghost"), 9)
-        finally:
-            await client.close()
+    async def append():
+        batch = wire.txn_batch([b"stuck"], HANGING_PID, 3, 0)
+        partition = running.broker.topics.get_partition(STUCK, 0)
+        return partition.append(validate_produce_records(bytearray(batch)))
 
-    services = running.broker.services
-    coordinator, services.transactions = services.transactions, None
-    try:
-        response = asyncio.run(produce())
-    finally:
-        services.transactions = coordinator
-    assert response.responses[0].partition_responses[0].error_code == 0
+    appended = asyncio.run_coroutine_threadsafe(append(), running._loop).result(10)
+    assert appended.base_offset == 0
 
 
 @pytest.fixture(scope="module")

@@ -93,28 +93,31 @@ def test_produce_and_consume_counts_are_exact(broker):
 
 
 def test_requests_and_error_codes_per_api(broker):
-    topic = topic_name("min-isr")
+    topic = topic_name("small-records")
     with SimpleClient(broker.bootstrap) as client:
-        client.create_topic(topic, configs={"min.insync.replicas": "2"})
+        # A one-replica partition caps min.insync.replicas at 1 (Kafka 4's effective min ISR), so the
+        # broker-side Produce error here is a batch over the topic's max.message.bytes.
+        client.create_topic(topic, configs={"max.message.bytes": "200"})
         client.metadata([topic])  # connected and warm: what follows is the only traffic
         before = scrape(broker.metrics_port)
         with pytest.raises(KafkaError):
             client.describe_topic(topic_name("nowhere"))  # one Metadata: UNKNOWN_TOPIC_OR_PARTITION
         with pytest.raises(KafkaError):
-            client.produce(topic, [(None, "v")], partition=0)  # acks=all: NOT_ENOUGH_REPLICAS
+            client.produce(topic, [(None, "v" * 1000)], partition=0)  # MESSAGE_TOO_LARGE
     after = scrape(broker.metrics_port)
 
     def delta(name: str, **labels: str) -> float:
         return after.value(name, **labels) - before.value(name, **labels)
 
     assert delta(ERRORS, request="Metadata", error="UNKNOWN_TOPIC_OR_PARTITION") == 1
-    assert delta(ERRORS, request="Produce", error="NOT_ENOUGH_REPLICAS") == 1
+    assert delta(ERRORS, request="Produce", error="MESSAGE_TOO_LARGE") == 1
     assert delta(ERRORS, request="Produce", error="NONE") == 0
     metadata = sum(s.value for s in after.samples(REQUESTS) if s.labels["request"] == "Metadata")
     metadata -= sum(s.value for s in before.samples(REQUESTS) if s.labels["request"] == "Metadata")
     assert metadata >= 1
-    # A broker-side failure (Kafka counts NotEnoughReplicas as one; an unknown topic it does not).
-    assert delta(FAILED_PRODUCE, topic=topic) == 1 and delta(TOTAL_PRODUCE, topic=topic) == 1
+    # A request for the topic, but not a "failed" one: Kafka's ReplicaManager counts a record over
+    # max.message.bytes (as an unknown topic) among the client's errors, not the broker's failures.
+    assert delta(FAILED_PRODUCE, topic=topic) == 0 and delta(TOTAL_PRODUCE, topic=topic) == 1
     assert delta(MESSAGES_IN, topic=topic) == 0
     # Each request's time is in its histograms, in Kafka's names.
     for name in ("totaltimems", "requestqueuetimems", "localtimems", "responsesendtimems"):

@@ -42,7 +42,7 @@ from kafka.protocol.admin import (
     ListTransactionsRequest,
 )
 from kafka.protocol.admin.groups import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -144,6 +144,23 @@ def requests() -> dict[str, tuple]:
                 ],
             ),
             7,
+            E.TOPIC_AUTHORIZATION_FAILED,
+        ),
+        "OffsetForLeaderEpoch": (
+            OffsetForLeaderEpochRequest(
+                replica_id=-1,
+                topics=[
+                    OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+                        topic=t,
+                        partitions=[
+                            OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition(
+                                partition=0, current_leader_epoch=-1, leader_epoch=0
+                            )
+                        ],
+                    )
+                ],
+            ),
+            4,
             E.TOPIC_AUTHORIZATION_FAILED,
         ),
         "Metadata (named)": (

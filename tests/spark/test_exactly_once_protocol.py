@@ -153,7 +153,8 @@ def test_a_task_with_no_rows_commits_no_marker_and_later_batches_still_write_onc
     """An empty task has no topic to put a marker on, and its replay writes nothing either."""
     cluster = ModelCluster()
     writer = ModelWriter(cluster, TID)
-    assert write_exactly_once(writer, 0, []) == (0, False)
+    empty = write_exactly_once(writer, 0, [])
+    assert (empty.records, empty.skipped, empty.prepared) == (0, False, "")
     assert writer.pending_markers == {} and cluster.markers == {}
     write_exactly_once(ModelWriter(cluster, TID), 1, batch_records(1))
     write_exactly_once(ModelWriter(cluster, TID), 1, batch_records(1))  # its replay

@@ -14,6 +14,7 @@ from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeader
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.replica.partition import leader_epoch_error
+from onceflow.broker.security.access import DESCRIBE, TOPIC, allowed_names
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 
 API_KEY = 23
@@ -49,11 +50,30 @@ def _answer(ctx: RequestContext, topic: str, wanted) -> _Partition:
     return _Partition(error_code=0, partition=wanted.partition, leader_epoch=epoch, end_offset=end)
 
 
+def _denied(wanted) -> _Partition:
+    return _Partition(
+        error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+        partition=wanted.partition,
+        leader_epoch=-1,
+        end_offset=-1,
+    )
+
+
 async def handle(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
+    # A consumer validating its position needs DESCRIBE on the topic (Kafka's rule for consumers).
+    described = allowed_names(ctx, DESCRIBE, TOPIC, (t.topic for t in request.topics))
     return OffsetForLeaderEpochResponse(
         throttle_time_ms=0,
         topics=[
-            _Topic(topic=t.topic, partitions=[_answer(ctx, t.topic, p) for p in t.partitions])
+            _Topic(
+                topic=t.topic,
+                partitions=[
+                    _denied(p)
+                    if described is not None and t.topic not in described
+                    else _answer(ctx, t.topic, p)
+                    for p in t.partitions
+                ],
+            )
             for t in request.topics
         ],
     )

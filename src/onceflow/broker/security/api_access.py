@@ -51,6 +51,7 @@ API_ACCESS: dict[int, tuple[Requirement, ...]] = {
         _r(Op.CLUSTER_ACTION, Res.CLUSTER, "the cluster (a follower: replica_id >= 0)", _TOPIC_DENIED),
     ),
     2: (_r(Op.DESCRIBE, Res.TOPIC, "each topic", _TOPIC_DENIED),),  # ListOffsets
+    23: (_r(Op.DESCRIBE, Res.TOPIC, "each topic", _TOPIC_DENIED),),  # OffsetForLeaderEpoch
     3: (  # Metadata
         _r(
             Op.DESCRIBE, Res.TOPIC, "each topic named (all topics: only those it may describe)", _TOPIC_DENIED
