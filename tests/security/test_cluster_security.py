@@ -65,6 +65,10 @@ def cluster(tmp_path_factory, pki):
         "listener.name.client.plain.sasl.jaas.config": PLAIN_JAAS,
         "connection.failed.authentication.delay.ms": "0",
         "group.initial.rebalance.delay.ms": "0",
+        # Two brokers: the internal topics cannot have Kafka's default 3 replicas (as on Kafka).
+        "offsets.topic.replication.factor": "2",
+        "transaction.state.log.replication.factor": "2",
+        "transaction.state.log.min.isr": "1",
     }
     nodes = ClusterNodes(tmp_path_factory.mktemp("secure-cluster"), 2)
     nodes.nodes = {
