@@ -97,7 +97,7 @@ def parse_voters(text: str) -> dict[int, tuple[str, int]]:
         if node_id < 0 or not 0 < port_number < 65536:
             raise InvalidConfig(f"{VOTERS}: {entry!r} has an out-of-range node id or port")
         if node_id in voters:
-            raise InvalidConfig(f"{VOTERS}: node id {node_id} appears twice")
+            raise InvalidConfig(f"{VOTERS}: node id {node_id} appears more than once")
         voters[node_id] = (host.strip("[]"), port_number)
     if not voters:
         raise InvalidConfig(f"{VOTERS} names no voters")

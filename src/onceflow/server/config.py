@@ -21,6 +21,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from onceflow.protocol.errors import InvalidConfig
+from onceflow.raft import config as raft_config
+
 ROLE_BROKER = "broker"
 ROLE_CONTROLLER = "controller"
 PLAINTEXT = "PLAINTEXT"
@@ -101,29 +104,12 @@ def parse_listeners(text: str, key: str) -> tuple[Listener, ...]:
 
 
 def parse_voters(text: str) -> dict[int, tuple[str, int]]:
-    """``controller.quorum.voters`` (``1@host:9093,2@host:9094``) as ``{node id: (host, port)}``."""
-    key = "controller.quorum.voters"
-    voters: dict[int, tuple[str, int]] = {}
-    for raw in text.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
-        node, sep, address = entry.partition("@")
-        host, colon, port = address.rpartition(":")
-        if not sep or not colon or not host:
-            raise ConfigError(f"{key}: {entry!r} is not of the form <node id>@<host>:<port>")
-        try:
-            node_id, port_number = int(node), int(port)
-        except ValueError:
-            raise ConfigError(f"{key}: {entry!r} needs a numeric node id and port") from None
-        if node_id < 0 or not 0 < port_number < 65536:
-            raise ConfigError(f"{key}: {entry!r} has an out-of-range node id or port")
-        if node_id in voters:
-            raise ConfigError(f"{key}: node id {node_id} appears more than once")
-        voters[node_id] = (host.strip("[]"), port_number)
-    if not voters:
-        raise ConfigError(f"{key} names no voters")
-    return voters
+    """``controller.quorum.voters`` (``1@host:9093,2@host:9094``) as ``{node id: (host, port)}``: the
+    quorum's own parser, its one-line errors raised as this module's ConfigError."""
+    try:
+        return raft_config.parse_voters(text)
+    except InvalidConfig as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _protocol_map(text: str | None) -> dict[str, str]:
