@@ -30,11 +30,24 @@ ONCEFLOW_READY_LINE = "onceflow broker listening on"
 _live: set[_ManagedProcess] = set()
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A loopback port that nothing listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+    """A loopback port that nothing listens on right now (the OS picks it).
+
+    The OS may hand the same port to two binds in a row once the first socket is
+    closed, so a test asking for three ports could get one twice; a port already
+    handed out in this process is never handed out again.
+    """
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((LOOPBACK, 0))
+            port = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no fresh loopback port after 100 tries")
 
 
 def port_accepts(port: int, timeout: float = 0.5) -> bool:
