@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from onceflow.broker.cluster_metadata import ClusterMetadata
+from onceflow.broker.cluster_metadata import ClusterMetadata, ImageAclStore, ImageScramStore
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.data_dir_lock import DataDirLock, lock_data_dir
 from onceflow.broker.metrics import serve_metrics
@@ -53,7 +53,7 @@ from onceflow.server.peer_connections import PeerConnections
 from onceflow.server.producer_id_blocks import ControllerProducerIds
 from onceflow.server.quorum import LocalQuorum
 from onceflow.server.replication import NodeReplication
-from onceflow.server.security import broker_security
+from onceflow.server.security import broker_security, inter_broker_warning
 from onceflow.server.topic_admin import AsyncTopicAdmin, LocalTopicAdmin
 from onceflow.server.txn_markers import ClusterMarkerWriter
 from onceflow.server.txn_router import TransactionRouter
@@ -152,15 +152,16 @@ class Node:
         server, config = self.server, self.config
         broker_listeners = server.broker_listeners()
         if server.is_broker:
-            broker_security(server, config.security)  # ConfigError: what a cluster cannot do yet
+            security = broker_security(server, config.security)  # ConfigError naming the setting
+            warning = inter_broker_warning(server, security)
+            if warning is not None:
+                log.warning("node %d: %s", self.node_id, warning)
         self.broker = Broker(
             config,
             log_opener=self._log_opener,
             listeners=[(lst.name, lst.host, lst.port) for lst in broker_listeners],
             protocols={lst.name: lst.security_protocol for lst in broker_listeners},
         )
-        # A cluster's brokers keep no SCRAM credentials of their own (server.security).
-        self.broker.keeps_credentials = server.single_node
         if self.broker.metrics is not None:
             # First: a metrics port that cannot be bound stops the start at once. What is not there
             # yet (the quorum, the broker's services) is left out of a scrape until it is.
@@ -264,6 +265,11 @@ class Node:
         if not server.single_node:
             self.broker.quota_store = self.metadata.quota_store()
             self.metadata.on_quotas = self._quotas_changed
+            # ACLs and SCRAM credentials are the image's too (the controller writes them).
+            self.broker.acl_store = ImageAclStore(self.metadata)
+            self.broker.scram_store = ImageScramStore(self.metadata)
+            self.metadata.on_acls = self._acls_changed
+            self.metadata.on_scram_credentials = self._scram_credentials_changed
             self.broker.wrap_markers = lambda local: ClusterMarkerWriter(
                 local,
                 self.metadata,
@@ -352,6 +358,16 @@ class Node:
         services = self.broker.services if self.broker is not None else None
         if services is not None:
             services.quotas.replace(quotas)
+
+    def _acls_changed(self, acls) -> None:
+        services = self.broker.services if self.broker is not None else None
+        if services is not None and services.authorizer is not None:
+            services.authorizer.replace(acls.values())
+
+    def _scram_credentials_changed(self, credentials) -> None:
+        services = self.broker.services if self.broker is not None else None
+        if services is not None and services.scram is not None:
+            services.scram.replace(credentials)
 
     def _partitions_deleted(self, partitions) -> None:
         services = self.broker.services if self.broker is not None else None
