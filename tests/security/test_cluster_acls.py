@@ -1,7 +1,9 @@
 """ACLs and SCRAM credentials on a cluster: two combined nodes with the authorizer on and a
-SASL_PLAINTEXT client listener (SCRAM-SHA-512 for users the cluster keeps, PLAIN for the ``admin``
-super user from the JAAS setting), brokers reaching each other on PLAINTEXT as ``User:ANONYMOUS``,
-a super user as docs/security.md says such a cluster needs.
+SASL_PLAINTEXT client listener (SCRAM-SHA-512), brokers reaching each other on PLAINTEXT as
+``User:ANONYMOUS``, a super user as docs/security.md says such a cluster needs. The ``admin`` super
+user's credential is set in each data dir before the first start (``onceflow users scram set
+--data-dir``, as ``kafka-storage format --add-scram``): the first controller brings it into the
+metadata log.
 
 - A SCRAM user and ACLs made through one broker hold on both: the user logs in on each (its
   credential reached that broker's image), each broker lets it see the topic it may write and not
@@ -17,6 +19,8 @@ Admin requests go to one named broker each (a connection of our client to that b
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 import uuid
 
@@ -39,8 +43,7 @@ from onceflow.protocol.errors import ErrorCode
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(300)]
 pytest.importorskip("onceflow.raft.server", reason="the Raft quorum is not in this build yet")
 
-PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="admin-secret";'
-ADMIN = ("PLAIN", "admin", "admin-secret")
+ADMIN = ("SCRAM-SHA-512", "admin", "admin-secret")
 ALICE = ("SCRAM-SHA-512", "alice", "alice-secret")
 ALLOWED, SECRET = "acl-orders", "acl-secret"
 DEADLINE_S = 30.0
@@ -60,11 +63,13 @@ class AuthorizingNode(NodeProcess):
             **settings,
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.name.client.sasl.enabled.mechanisms": "SCRAM-SHA-512,PLAIN",
-            "listener.name.client.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.client.sasl.enabled.mechanisms": "SCRAM-SHA-512",
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:admin;User:ANONYMOUS",
             "connection.failed.authentication.delay.ms": "0",
+            # After the restart, a broker's old registration must expire before it registers again.
+            "broker.session.timeout.ms": "4000",
+            "broker.heartbeat.interval.ms": "500",
             "group.initial.rebalance.delay.ms": "0",
             "offsets.topic.replication.factor": "2",
             "transaction.state.log.replication.factor": "2",
@@ -79,8 +84,29 @@ def cluster(tmp_path_factory):
         node_id: AuthorizingNode(nodes.root / f"node-{node_id}", node_id, port, cport, nodes.voters)
         for node_id, port, cport in nodes.layout
     }
+    for node in nodes.nodes.values():
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "onceflow",
+                "users",
+                "scram",
+                "set",
+                "--data-dir",
+                str(node.data_dir),
+                "--user",
+                "admin",
+                "--password",
+                "admin-secret",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
     with nodes:
         yield nodes
+        nodes.kill_all()  # nothing here needs a controlled shutdown, which takes a while on two nodes
 
 
 def call(node: AuthorizingNode, who: tuple[str, str, str], body, version: int):
@@ -218,7 +244,7 @@ def test_a_user_and_acls_made_through_one_broker_hold_on_both(cluster):
     admin = KafkaAdminClient(
         bootstrap_servers=f"{LOOPBACK}:{second.client_port}",
         security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="PLAIN",
+        sasl_mechanism="SCRAM-SHA-512",
         sasl_plain_username="admin",
         sasl_plain_password="admin-secret",
     )
@@ -235,7 +261,8 @@ def test_a_user_and_acls_made_through_one_broker_hold_on_both(cluster):
     finally:
         admin.close()
     assert [(a.resource_pattern.resource_name, a.operation) for a in acls] == [(ALLOWED, ACLOperation.WRITE)]
-    described = call(second, ADMIN, DescribeUserScramCredentialsRequest(users=None), 0)
+    alice = DescribeUserScramCredentialsRequest.UserName(name="alice")
+    described = call(second, ADMIN, DescribeUserScramCredentialsRequest(users=[alice]), 0)
     assert [
         (r.user, [(c.mechanism, c.iterations) for c in r.credential_infos]) for r in described.results
     ] == [("alice", [(2, 4096)])]

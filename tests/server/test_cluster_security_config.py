@@ -1,5 +1,6 @@
-"""A cluster node's security settings: the authorizer and SCRAM are accepted, and a node whose
-inter-broker listener makes the other brokers ``User:ANONYMOUS`` (no super user) is warned at start."""
+"""A cluster node's security: a node whose inter-broker listener makes the other brokers
+``User:ANONYMOUS`` (no super user) is warned at start, and a data dir's users and ACLs come into the
+metadata log at the cluster's first start."""
 
 from __future__ import annotations
 
@@ -15,13 +16,6 @@ CLUSTER = {
     "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
 }
 SECURITY = {"authorizer.class.name": "standard", "sasl.enabled.mechanisms": "SCRAM-SHA-512"}
-
-
-def test_a_cluster_node_takes_the_authorizer_and_scram():
-    config = broker_security(server_config(CLUSTER), SECURITY)
-    assert config.authorizer is not None
-    client = next(lst for lst in config.listeners if lst.name == "CLIENT")
-    assert list(client.sasl.mechanisms) == ["SCRAM-SHA-512"]
 
 
 def test_an_anonymous_inter_broker_principal_without_super_user_is_warned_about():
@@ -41,3 +35,36 @@ def test_no_warning_when_anonymous_is_a_super_user_or_without_an_authorizer_or_o
     assert (
         inter_broker_warning(single, broker_security(single, {"authorizer.class.name": "standard"})) is None
     )
+
+
+def test_a_cluster_node_brings_its_data_dirs_users_and_acls_into_the_metadata_log(tmp_path):
+    from onceflow.broker.security.acl_store import FileAclStore
+    from onceflow.broker.security.credentials import FileScramStore
+    from onceflow.metadata.acls import AclBinding, AclOperation, PatternType, PermissionType, ResourceType
+    from onceflow.metadata.image import MetadataImage
+    from onceflow.metadata.scram import credential_from_password
+    from onceflow.server.migration import retire_single_node_files, single_node_records
+
+    credential = credential_from_password("SCRAM-SHA-512", "admin-secret")
+    FileScramStore(tmp_path).save({("admin", "SCRAM-SHA-512"): credential})
+    acl = AclBinding(
+        ResourceType.TOPIC,
+        "orders",
+        PatternType.LITERAL,
+        "User:app",
+        "*",
+        AclOperation.READ,
+        PermissionType.ALLOW,
+    )
+    FileAclStore(tmp_path).save([acl])
+
+    assert single_node_records(tmp_path, 1) == []  # a single node keeps using its files
+    image = MetadataImage.EMPTY.apply_all(single_node_records(tmp_path, 1, security=True))
+    assert dict(image.scram_credentials) == {("admin", "SCRAM-SHA-512"): credential}
+    assert list(image.acls.values()) == [acl]
+
+    retire_single_node_files(tmp_path, security=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "acls.json.migrated",
+        "scram-credentials.json.migrated",
+    ]

@@ -173,7 +173,9 @@ class Node:
         cluster_id = topics.cluster_id
         # Read before the quorum runs: a damaged single-node file stops the start, naming it.
         self._pending_bootstrap = (
-            single_node_records(self.data_dir, self.node_id) if server.is_controller else []
+            single_node_records(self.data_dir, self.node_id, security=not server.single_node)
+            if server.is_controller
+            else []
         )
         self.quorum = self._make_quorum(cluster_id)
         if server.is_controller:
@@ -261,7 +263,7 @@ class Node:
             await producer_ids.start()
             self.broker._producer_ids = producer_ids  # noqa: SLF001 - set before its services exist
         if self._migrated and self.durable:
-            retire_single_node_files(self.data_dir)
+            retire_single_node_files(self.data_dir, security=not server.single_node)
         if not server.single_node:
             self.broker.quota_store = self.metadata.quota_store()
             self.metadata.on_quotas = self._quotas_changed
