@@ -4,8 +4,9 @@ metadata log at the cluster's first start."""
 
 from __future__ import annotations
 
+from onceflow.server.cluster_authorization import inter_broker_warning
 from onceflow.server.config import server_config
-from onceflow.server.security import broker_security, inter_broker_warning
+from onceflow.server.security import broker_security
 
 CLUSTER = {
     "process.roles": "broker,controller",

@@ -116,7 +116,9 @@ class Broker:
         # A cluster broker's client quotas come from the metadata image (set by the node).
         self.quota_store: QuotaStore | None = None
         # ACLs and SCRAM credentials: a single node's in its data dir (acls.json,
-        # scram-credentials.json); a cluster broker's are the metadata image's (set by the node).
+        # scram-credentials.json); a cluster broker keeps none of its own (keeps_credentials false):
+        # its stores are the metadata image's (set by the node).
+        self.keeps_credentials = True
         self.acl_store: AclStore | None = None
         self.scram_store: ScramStore | None = None
         self.faults = Faults(config.faults)
@@ -225,7 +227,7 @@ class Broker:
             )
             if authorizer_settings is not None
             else None,
-            scram=ScramCredentials(self.scram_store or FileScramStore(self.config.data_dir)),
+            scram=self._scram_credentials(),
             security_from_metadata=self.acl_store is not None,
             fetch_sessions=FetchSessionCache(
                 self.config.max_incremental_fetch_session_cache_slots,
@@ -344,6 +346,14 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             self.topics.flush_due()
+
+    def _scram_credentials(self) -> ScramCredentials | None:
+        """The image's on a cluster broker, the data dir's on a single node (None: neither was given)."""
+        if self.scram_store is not None:
+            return ScramCredentials(self.scram_store)
+        if self.keeps_credentials:
+            return ScramCredentials(FileScramStore(self.config.data_dir))
+        return None
 
     def _new_connection(self, listener: ListenerSecurity) -> ClientProtocol:
         session = Session(listener=listener.name, security_protocol=listener.protocol)

@@ -43,6 +43,7 @@ from onceflow.controller.config import ControllerConfig
 from onceflow.controller.quorum_controller import QuorumController
 from onceflow.metadata.records import RESOURCE_TOPIC
 from onceflow.server.broker_lifecycle import BrokerLifecycle
+from onceflow.server.cluster_authorization import inter_broker_warning
 from onceflow.server.config import Listener, ServerConfig, server_config
 from onceflow.server.controller_channel import ControllerChannel
 from onceflow.server.controller_listener import ControllerListener
@@ -53,7 +54,7 @@ from onceflow.server.peer_connections import PeerConnections
 from onceflow.server.producer_id_blocks import ControllerProducerIds
 from onceflow.server.quorum import LocalQuorum
 from onceflow.server.replication import NodeReplication
-from onceflow.server.security import broker_security, inter_broker_warning
+from onceflow.server.security import broker_security
 from onceflow.server.topic_admin import AsyncTopicAdmin, LocalTopicAdmin
 from onceflow.server.txn_markers import ClusterMarkerWriter
 from onceflow.server.txn_router import TransactionRouter
@@ -152,16 +153,18 @@ class Node:
         server, config = self.server, self.config
         broker_listeners = server.broker_listeners()
         if server.is_broker:
-            security = broker_security(server, config.security)  # ConfigError naming the setting
-            warning = inter_broker_warning(server, security)
-            if warning is not None:
-                log.warning("node %d: %s", self.node_id, warning)
+            broker_security(server, config.security)  # ConfigError: what a cluster cannot do yet
         self.broker = Broker(
             config,
             log_opener=self._log_opener,
             listeners=[(lst.name, lst.host, lst.port) for lst in broker_listeners],
             protocols={lst.name: lst.security_protocol for lst in broker_listeners},
         )
+        # A cluster's brokers keep no SCRAM credentials of their own (server.security).
+        self.broker.keeps_credentials = server.single_node
+        warning = inter_broker_warning(server, self.broker.security) if server.is_broker else None
+        if warning is not None:
+            log.warning("node %d: %s", self.node_id, warning)
         if self.broker.metrics is not None:
             # First: a metrics port that cannot be bound stops the start at once. What is not there
             # yet (the quorum, the broker's services) is left out of a scrape until it is.
