@@ -123,9 +123,16 @@ class ClusterNodes:
         node.start(READY_TIMEOUT_S)
         return node
 
-    def stop(self) -> None:
-        for node in self.nodes.values():
-            node.stop(timeout=40)
+    def stop(self, timeout: float = 40.0) -> None:
+        """SIGTERM every node at once, as ``onceflow cluster down`` does, then wait for them all
+        (SIGKILL for any still running after ``timeout``). One at a time, the last nodes would each
+        wait out their controlled shutdown on a quorum the first ones took away."""
+        running = [node for node in self.nodes.values() if node.running]
+        for node in running:
+            node.terminate()
+        deadline = time.monotonic() + timeout
+        for node in running:
+            node.stop(timeout=max(0.1, deadline - time.monotonic()))
 
     def kill_all(self) -> None:
         for node in self.nodes.values():
