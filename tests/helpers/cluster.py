@@ -126,8 +126,13 @@ class ClusterNodes:
     def stop(self, timeout: float = 40.0) -> None:
         """SIGTERM every node at once, as ``onceflow cluster down`` does, then wait for them all
         (SIGKILL for any still running after ``timeout``). One at a time, the last nodes would each
-        wait out their controlled shutdown on a quorum the first ones took away."""
+        wait out their controlled shutdown on a quorum the first ones took away. With a node down
+        (a test killed it), they are killed instead: the controller grants no controlled shutdown
+        before it has fenced the dead broker, broker.session.timeout.ms later (as Kafka's)."""
         running = [node for node in self.nodes.values() if node.running]
+        if len(running) < len(self.nodes):
+            self.kill_all()
+            return
         for node in running:
             node.terminate()
         deadline = time.monotonic() + timeout
