@@ -48,7 +48,7 @@ from null_broker import NullBrokerProcess  # noqa: E402
 from tests.helpers.secure_broker import SecureBroker  # noqa: E402
 
 FULL = {"records": 300_000, "rounds": 3, "connections": 40}
-QUICK = {"records": 60_000, "rounds": 3, "connections": 15}
+QUICK = {"records": 40_000, "rounds": 3, "connections": 10}
 RECORD_BYTES = 1_000
 PHASES = ("produce", "consume")
 CONTENDERS = ("plaintext", "sasl_ssl", "plaintext_no_authorizer", "null_plaintext", "null_ssl")
