@@ -189,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
             "bench": "tls_receive",
             "unit": "receiver CPU s/GB",
             "results": results,
-            "ratios": {
-                "memory_bio - plain (TLS's own cost)": round(results["memory_bio"] - results["plain"], 2),
-                "ssl_socket/memory_bio": round(results["ssl_socket"] / results["memory_bio"], 3),
+            "ratios": {"ssl_socket/memory_bio": round(results["ssl_socket"] / results["memory_bio"], 3)},
+            "tls_cost_s_per_gb": {
+                way: round(results[way] - results["plain"], 2) for way in ("memory_bio", "ssl_socket")
             },
             "params": {
                 "frames": frames,
