@@ -23,12 +23,6 @@ KILLS = 4
 LOAD_BETWEEN_KILLS_S = 3
 
 
-@pytest.mark.xfail(
-    reason="known, under investigation: after some leader kills our producer can leave a few records "
-    "stored in the partition but never acknowledged (a flush that ends with them pending, or a gap "
-    "in what it saw acknowledged); confluent-kafka's producers pass. The test names the records.",
-    strict=False,
-)
 def test_leader_kills_under_idempotent_load(tmp_path):
     cluster = ClusterNodes(tmp_path / "of-repl-load", 3, extra=FAST)
     try:
