@@ -107,6 +107,17 @@ def test_a_refused_value_is_one_line_without_the_usage(runner, args):
     assert result.output.count("\n") == 1, result.output
 
 
+def test_a_port_in_use_is_refused_before_anything_is_written(runner, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = runner.invoke(cli, ["serve", "--port", str(port), "--data-dir", str(tmp_path / "data")])
+    assert result.exit_code == 1
+    assert f"cannot serve on PLAINTEXT://127.0.0.1:{port}: address already in use" in result.output
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_real_usage_error_keeps_clicks_usage_lines(runner):
     result = runner.invoke(cli, ["serve", "--no-such-option"])
     assert result.exit_code == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import sys
 from pathlib import Path
 
@@ -151,6 +152,25 @@ def _print_configs(ctx: click.Context) -> None:
     ctx.exit(0)
 
 
+def busy_listeners(listeners) -> list[str]:
+    """The listeners (fixed ports only) that cannot be bound now, each with the reason (another
+    process listens there, an address not of this host). Checked before the node writes anything,
+    so that a port in use is one line, not a data dir made and a broker started and stopped."""
+    busy = []
+    for listener in listeners:
+        if not listener.port:
+            continue
+        host = listener.host or "0.0.0.0"
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            # As the server's own listening socket: a port left in TIME_WAIT by a stopped broker is free.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, listener.port))
+            except OSError as exc:
+                busy.append(f"{listener}: {(exc.strerror or str(exc)).lower()}")
+    return busy
+
+
 def dev_overrides(overrides: dict[str, str]) -> dict[str, str]:
     """``--dev``: no initial rebalance delay, unless the user set one explicitly."""
     return {"group.initial.rebalance.delay.ms": "0", **overrides}
@@ -264,6 +284,9 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, metrics_port,
         logging.getLogger("onceflow.cli.serve").info(
             "accepted with no effect on onceflow: %s", ", ".join(f"{n} ({NO_EFFECT[n]})" for n in ignored)
         )
+    busy = busy_listeners(server.listeners)
+    if busy:
+        raise click.ClickException(f"cannot serve on {'; '.join(busy)}")
     from onceflow.broker.data_dir_lock import DataDirError
     from onceflow.broker.metrics import MetricsEndpointError
     from onceflow.server.broker_lifecycle import RegistrationRefused
