@@ -43,6 +43,10 @@ def test_serve_produce_consume_round_trip(broker, make_topic):
     )
     assert produced.returncode == 0, produced.stderr
     assert "produced 200 record(s)" in produced.stderr
+    # Idempotent by default: the partition knows the producer id the records were written with.
+    producers = onceflow("producers", "describe", "--topic", topic, "--partition", "0", *bootstrap)
+    assert producers.returncode == 0, producers.stderr
+    assert "no active producers" not in producers.stdout and "producer id" in producers.stdout
 
     consumed = onceflow(
         "consume",
