@@ -80,6 +80,7 @@ _BROKER_KEYS = frozenset(
     {
         "security.inter.broker.protocol",
         "sasl.mechanism.inter.broker.protocol",
+        "sasl.mechanism.controller.protocol",
         "authorizer",
         "authorizer.class.name",
         "super.users",
@@ -196,6 +197,11 @@ def security_config(
         for name, host, port in listeners
     ]
     return SecurityConfig(tuple(built), _authorizer(properties))
+
+
+def listener_setting(properties: Mapping[str, str], listener: str):
+    """``get(key)``: a setting as ``listener`` sees it, its ``listener.name.<listener>.`` form first."""
+    return _getter(properties, listener)
 
 
 def _getter(properties: Mapping[str, str], listener: str):
