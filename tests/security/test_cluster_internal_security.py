@@ -19,48 +19,16 @@ import asyncio
 import uuid
 
 import pytest
-from tests.helpers.broker import LOOPBACK, free_port
+from tests.helpers.broker import LOOPBACK
 from tests.helpers.certs import make_pki
-from tests.helpers.cluster import ClusterNodes, NodeProcess, quorum
+from tests.helpers.cluster import ClusterNodes, quorum
+from tests.helpers.secure_cluster import secure_internal_listeners
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(240)]
 pytest.importorskip("onceflow.raft.server", reason="the Raft quorum is not in this build yet")
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from tests.replication.cluster_ops import FAST, create_topic, partitions_of, wait_until  # noqa: E402
-
-PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule required"
-CONTROLLER_JAAS = (
-    f'{PLAIN_MODULE} username="controller" password="controller-secret" user_controller="controller-secret";'
-)
-INTERNAL_JAAS = f'{PLAIN_MODULE} username="broker" password="broker-secret" user_broker="broker-secret";'
-
-
-class InternalSecureNode(NodeProcess):
-    """A combined node: PLAINTEXT for clients, SASL_SSL for the controller and inter-broker listeners."""
-
-    def __init__(self, *args, pki, **kwargs) -> None:
-        self.internal_port = free_port()
-        self.pki = pki
-        super().__init__(*args, **kwargs)
-
-    def settings(self) -> dict[str, str]:
-        settings = super().settings()
-        settings["listeners"] += f",INTERNAL://{LOOPBACK}:{self.internal_port}"
-        return {
-            **settings,
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL,CONTROLLER:SASL_SSL",
-            "inter.broker.listener.name": "INTERNAL",
-            "ssl.keystore.location": str(self.pki.server_keystore),
-            "ssl.truststore.location": str(self.pki.ca),
-            "sasl.enabled.mechanisms": "PLAIN",
-            "sasl.mechanism.controller.protocol": "PLAIN",
-            "sasl.mechanism.inter.broker.protocol": "PLAIN",
-            "listener.name.controller.plain.sasl.jaas.config": CONTROLLER_JAAS,
-            "listener.name.internal.plain.sasl.jaas.config": INTERNAL_JAAS,
-            "connection.failed.authentication.delay.ms": "0",
-            **FAST,
-        }
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +38,9 @@ def pki(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, pki):
-    nodes = ClusterNodes(tmp_path_factory.mktemp("internal-secure"), 3)
-    nodes.nodes = {
-        node_id: InternalSecureNode(
-            nodes.root / f"node-{node_id}", node_id, port, cport, nodes.voters, pki=pki
-        )
-        for node_id, port, cport in nodes.layout
-    }
+    nodes = secure_internal_listeners(
+        ClusterNodes(tmp_path_factory.mktemp("internal-secure"), 3, extra=FAST), pki
+    )
     with nodes:
         yield nodes
 
