@@ -1,16 +1,18 @@
-"""A 3-node cluster whose nodes reach each other only over SASL_SSL (PLAIN): the controller listener
-(Raft between the voters, broker registration and heartbeats, forwarded admin requests) and the
-inter-broker listener (replica fetches), each with its own JAAS identity; clients use a PLAINTEXT
-listener of their own.
+"""A 3-node cluster whose nodes reach each other only over SASL_SSL (PLAIN), then one whose nodes
+reach each other only over mutual TLS: the controller listener (Raft between the voters, broker
+registration and heartbeats, forwarded admin requests) and the inter-broker listener (replica
+fetches), with their own JAAS identities under SASL, the node's certificate under mTLS; clients use a
+PLAINTEXT listener of their own (``tests.helpers.secure_cluster``).
 
 - The quorum forms, the three brokers register, a topic with three replicas is created through a
   broker (forwarded to the controller), and librdkafka's acks=all produce succeeds with every
   follower in the ISR: replication ran over the secured inter-broker listener.
-- Reaching a controller listener in plain text, over TLS without SASL, or with a wrong password gets
-  no request served: a Vote with a far higher epoch sent that way would make the leader resign, and
-  the quorum's leader and epoch stay as they were.
+- Reaching a controller listener in plain text, over TLS without SASL or with a wrong password
+  (SASL_SSL), without a certificate or with one from an unknown CA (mTLS) gets no request served: a
+  Vote with a far higher epoch sent that way would make the leader resign (it does when sent with the
+  right password), and the quorum's leader and epoch stay as they were.
 
-One cluster for the module; every wait is bounded; every process is killed at the end.
+One cluster at a time (module-scoped, per mode); every wait is bounded; every process is killed.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ def pki(tmp_path_factory):
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory, pki):
+@pytest.fixture(scope="module", params=["sasl_ssl", "mtls"])
+def cluster(request, tmp_path_factory, pki):
     nodes = secure_internal_listeners(
-        ClusterNodes(tmp_path_factory.mktemp("internal-secure"), 3, extra=FAST), pki
+        ClusterNodes(tmp_path_factory.mktemp(f"internal-{request.param}"), 3, extra=FAST), pki, request.param
     )
     with nodes:
         yield nodes
@@ -94,24 +96,33 @@ async def _attempt_vote(port: int, epoch: int, candidate: int, security) -> str:
     return "answered"
 
 
-def test_plain_text_tls_only_and_wrong_password_connections_to_the_controller_change_nothing(cluster, pki):
+def test_unauthenticated_connections_to_the_controller_listener_change_nothing(cluster, pki):
     from onceflow.client.security import ClientSecurity
 
     before = wait_until(lambda: quorum(cluster.bootstrap), 30, "a quorum leader")
     leader = cluster.nodes[before.leader_id]
     candidate = next(node_id for node_id in cluster.nodes if node_id != before.leader_id)
     tls = {"ssl_ca_location": str(pki.ca)}
+    mtls = leader.mode == "mtls"
     attempts = {
         "plain text": None,
-        "TLS without SASL": ClientSecurity(protocol="SSL", **tls),
-        "a wrong password": ClientSecurity(
+        "TLS without a certificate or SASL": ClientSecurity(protocol="SSL", **tls),
+    }
+    if mtls:
+        attempts["a certificate from an unknown CA"] = ClientSecurity(
+            protocol="SSL",
+            ssl_certificate_location=str(pki.rogue_cert),
+            ssl_key_location=str(pki.rogue_key),
+            **tls,
+        )
+    else:
+        attempts["a wrong password"] = ClientSecurity(
             protocol="SASL_SSL",
             sasl_mechanism="PLAIN",
             sasl_username="controller",
             sasl_password="guess",
             **tls,
-        ),
-    }
+        )
     outcomes = {
         what: asyncio.run(
             _attempt_vote(leader.controller_port, before.leader_epoch + 100, candidate, security)
@@ -119,6 +130,7 @@ def test_plain_text_tls_only_and_wrong_password_connections_to_the_controller_ch
         for what, security in attempts.items()
     }
     assert "answered" not in outcomes.values(), outcomes
-    assert "authentication" in outcomes["a wrong password"].lower()
+    if not mtls:
+        assert "authentication" in outcomes["a wrong password"].lower()
     after = quorum(cluster.bootstrap)
     assert (after.leader_id, after.leader_epoch) == (before.leader_id, before.leader_epoch)
