@@ -31,7 +31,7 @@ from onceflow.broker.client_protocol import ClientProtocol
 from onceflow.broker.connection import RequestReceived, SupportedApi
 from onceflow.broker.handlers import sasl_authenticate, sasl_handshake
 from onceflow.broker.handlers.describe_quorum import error_response, response_for
-from onceflow.broker.security.config import ListenerSecurity
+from onceflow.broker.security.config import ListenerSecurity, is_loopback
 from onceflow.broker.security.principal import ANONYMOUS, user
 from onceflow.broker.security.principal import distinguished_name as _distinguished_name
 from onceflow.broker.security.sasl_authenticator import SaslAuthenticator
@@ -103,6 +103,15 @@ class ControllerListener:
         self.port = self._server.sockets[0].getsockname()[1]
         protocol = self.security.protocol if self.security is not None else "PLAINTEXT"
         log.info("controller listener on %s:%d (%s)", self.host or "0.0.0.0", self.port, protocol)
+        if self.security is not None and not self.security.authenticates and not is_loopback(self.host):
+            log.warning(
+                "controller listener %s on %s:%d has no authentication: anyone who can reach it can join "
+                "the quorum's traffic, register brokers and send admin requests (map it to SASL_SSL, or SSL "
+                "with ssl.client.auth=required; see docs/security.md)",
+                self.security.name,
+                self.host or "0.0.0.0",
+                self.port,
+            )
 
     async def stop(self) -> None:
         if self._server is not None:

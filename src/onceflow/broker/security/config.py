@@ -153,10 +153,10 @@ class SecurityConfig:
         loopback, and no authorizer that would stop an anonymous client."""
         if self.authorizer is not None and not self.authorizer.allow_everyone_if_no_acl_found:
             return []
-        return [lst for lst in self.listeners if not lst.authenticates and not _loopback(lst.host)]
+        return [lst for lst in self.listeners if not lst.authenticates and not is_loopback(lst.host)]
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
