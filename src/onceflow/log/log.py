@@ -136,6 +136,9 @@ class Log:
         # A flush(indexes=False) left the active segment's saved indexes behind its data: the next
         # flush with indexes (close's) writes them, so that a clean restart can trust them.
         self._active_indexes_behind = False
+        # Set by the loader: the log had segments but no clean-shutdown marker (a crash or a kill),
+        # so it was recovered (the broker's start summary names it).
+        self.recovered_unclean = False
         # For flush.messages / flush.ms: records appended since the last fsync, and when that was.
         self._records_since_flush = 0
         self._last_flush_ms = clock_ms()
