@@ -69,3 +69,12 @@ def test_a_cluster_node_brings_its_data_dirs_users_and_acls_into_the_metadata_lo
         "acls.json.migrated",
         "scram-credentials.json.migrated",
     ]
+
+
+def test_brokers_reaching_each_other_as_a_sasl_user_need_it_in_super_users():
+    server = server_config(CLUSTER)
+    config = broker_security(server, {**SECURITY, "super.users": "User:admin"})
+    warning = inter_broker_warning(server, config, "node")
+    assert warning is not None and "User:node" in warning and "super.users" in warning
+    granted = broker_security(server, {**SECURITY, "super.users": "User:admin;User:node"})
+    assert inter_broker_warning(server, granted, "node") is None

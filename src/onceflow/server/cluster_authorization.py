@@ -13,19 +13,33 @@ the follower's (``broker.replica.fetcher``).
 from __future__ import annotations
 
 from onceflow.broker.security.config import SecurityConfig
-from onceflow.broker.security.principal import ANONYMOUS
+from onceflow.broker.security.principal import ANONYMOUS, USER_TYPE, KafkaPrincipal
 from onceflow.server.config import ServerConfig
 
 _ANONYMOUS_PROTOCOLS = ("PLAINTEXT", "SSL")
 
 
-def inter_broker_warning(server: ServerConfig, config: SecurityConfig) -> str | None:
+def inter_broker_warning(
+    server: ServerConfig, config: SecurityConfig, sasl_username: str | None = None
+) -> str | None:
     """Why the other brokers of this cluster will be denied here, or None: a cluster node with an
-    authorizer whose inter-broker listener makes them ``User:ANONYMOUS``, which is no super user."""
+    authorizer whose inter-broker listener makes them ``User:ANONYMOUS``, or the SASL user this node
+    connects as (``sasl_username``, the same JAAS identity on every node), which is no super user."""
     if server.single_node or config.authorizer is None or server.inter_broker_listener_name is None:
         return None
     listener = next((lst for lst in config.listeners if lst.name == server.inter_broker_listener_name), None)
-    if listener is None or listener.protocol not in _ANONYMOUS_PROTOCOLS:
+    if listener is None:
+        return None
+    if sasl_username is not None:
+        principal = KafkaPrincipal(USER_TYPE, sasl_username)
+        if principal in config.authorizer.super_users:
+            return None
+        return (
+            f"the authorizer is on and the brokers reach each other as {principal} (inter-broker listener "
+            f"{listener.name}), which needs CLUSTER_ACTION on the cluster for replica fetches and "
+            f"transaction markers: add {principal} to super.users; until then they are denied"
+        )
+    if listener.protocol not in _ANONYMOUS_PROTOCOLS:
         return None
     if listener.protocol == "SSL" and listener.client_auth != "none":
         return None  # brokers present certificates: their principal comes from them
