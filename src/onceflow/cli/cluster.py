@@ -268,7 +268,7 @@ async def _partition_lag(brokers, topics) -> list[dict]:
     (ListOffsets as Kafka's debug consumer, replica id -2, which a follower answers too)."""
     from kafka.protocol.consumer import ListOffsetsRequest
 
-    from onceflow.client.connection import Connection
+    from onceflow.client.connection import BrokerConnectionError, Connection
 
     held: dict[int, dict[str, list[int]]] = {}
     for topic in topics:
@@ -298,7 +298,9 @@ async def _partition_lag(brokers, topics) -> list[dict]:
         )
         try:
             conn = await Connection.open(broker.host, broker.port)
-        except OSError:
+        except (OSError, BrokerConnectionError):
+            # A broker killed a moment ago is still listed unfenced until its session times out:
+            # its replicas' lag is unknown ("?"), and the status of the others is still shown.
             continue
         try:
             answer = await conn.send(request, version=min(4, conn.broker_versions[2][1]))
