@@ -127,6 +127,8 @@ def up(brokers, data_dir, configs):
         _wait_ready(processes)
         bootstrap = ",".join(f"127.0.0.1:{n['port']}" for n in nodes)
         out.print(f"cluster of {len(nodes)} nodes up; bootstrap servers: {bootstrap}")
+        for node, proc, _log in processes:  # the pid to kill -9 when watching a failover
+            out.print(f"node {node['id']}: pid {proc.pid}, 127.0.0.1:{node['port']}")
         out.print(f"logs: {data_dir}/node-<id>.log; Ctrl-C stops every node")
         sys.stdout.flush()
         running = list(processes)
@@ -139,7 +141,7 @@ def up(brokers, data_dir, configs):
                     running.remove(entry)
                     command = shlex.join(node_command(node, nodes, data_dir, configs))
                     out.print(
-                        f"node {node['id']} exited with {proc.returncode} (see {log_path}); "
+                        f"node {node['id']} {_exit_status(proc.returncode)} (see {log_path}); "
                         f"the others keep running. To restart it: {command}"
                     )
                     sys.stdout.flush()
@@ -150,6 +152,16 @@ def up(brokers, data_dir, configs):
         pass
     finally:
         _stop_all(processes)
+
+
+def _exit_status(returncode: int) -> str:
+    """``exited with 1``, or ``was killed by SIGKILL`` for a node a signal ended (Popen's -9)."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with {returncode}"
 
 
 def _wait_ready(processes) -> None:
@@ -163,7 +175,7 @@ def _wait_ready(processes) -> None:
                 waiting.remove(entry)
             elif proc.poll() is not None:
                 tail = "\n".join(text.splitlines()[-5:])
-                raise click.ClickException(f"node {node['id']} exited with {proc.returncode}:\n{tail}")
+                raise click.ClickException(f"node {node['id']} {_exit_status(proc.returncode)}:\n{tail}")
         if time.monotonic() > deadline:
             ids = ", ".join(str(entry[0]["id"]) for entry in waiting)
             raise click.ClickException(
