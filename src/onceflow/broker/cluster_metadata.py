@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -128,7 +129,9 @@ class ClusterMetadata:
     def start_publishing(self) -> None:
         """Open the logs of everything the image has so far; from now on every change reaches them."""
         self._publishing = True
+        started = time.monotonic()
         self._publish(MetadataImage.EMPTY, self.image, existing=True)
+        self.topics.log_loaded(started)
 
     def _publish(self, before: MetadataImage, after: MetadataImage, existing: bool = False) -> None:
         if self.on_quotas is not None and before.client_quotas is not after.client_quotas:
