@@ -126,3 +126,31 @@ def test_cluster_status_shows_a_killed_broker_still_unfenced_as_unknown_lag():
     assert result == [
         {"name": "orders-0", "leader": 3, "isr": [3, 1], "lag": {1: None}, "under_replicated": False}
     ]
+
+
+def test_cluster_down_stops_the_nodes_in_the_locks_and_nothing_else(tmp_path):
+    import json
+    import os
+    import signal
+
+    data_dir = tmp_path / "c"
+    (data_dir / "node-1").mkdir(parents=True)
+    (data_dir / "node-2").mkdir()
+    (data_dir / "cluster.json").write_text(json.dumps({"nodes": []}))
+    # a node (restarted by hand, say): a process whose command line is `... serve ... DIR/node-1`
+    node = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", "serve", str(data_dir / "node-1")]
+    )
+    try:
+        (data_dir / "node-1" / ".lock").write_text(f"{node.pid}\n")
+        # a stale lock whose pid now belongs to something else (this test): left alone
+        (data_dir / "node-2" / ".lock").write_text(f"{os.getpid()}\n")
+        result = CliRunner().invoke(cli, ["cluster", "down", "--data-dir", str(data_dir)])
+        assert result.exit_code == 0, result.output
+        assert f"stopping node 1 (pid {node.pid})" in result.output and "node 2" not in result.output
+        assert node.wait(30) == -signal.SIGTERM
+    finally:
+        node.kill()
+        node.wait()
+    missing = CliRunner().invoke(cli, ["cluster", "down", "--data-dir", str(tmp_path / "nope")])
+    assert missing.exit_code == 1 and "holds no cluster" in missing.output
