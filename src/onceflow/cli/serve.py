@@ -269,13 +269,13 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, metrics_port,
         parse_key_values(faults, "--fault"),
         {**overrides, "node.id": str(server.node_id)},
     )
-    if server.is_broker:
-        from onceflow.server.security import broker_security
+    from onceflow.server.security import node_security
 
-        try:
-            broker_security(server, config.security)  # TLS files, SASL users, what a cluster refuses
-        except ConfigError as exc:
-            raise BadValue(str(exc), param_hint="--config")
+    try:
+        # TLS files, SASL users, the identity this node connects to others with, what a cluster refuses
+        node_security(server, config.security)
+    except ConfigError as exc:
+        raise BadValue(str(exc), param_hint="--config")
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT, stream=sys.stderr
     )

@@ -53,7 +53,7 @@ from onceflow.server.peer_connections import PeerConnections
 from onceflow.server.producer_id_blocks import ControllerProducerIds
 from onceflow.server.quorum import LocalQuorum
 from onceflow.server.replication import NodeReplication
-from onceflow.server.security import broker_security
+from onceflow.server.security import NodeSecurity, node_security, stream_connector
 from onceflow.server.topic_admin import AsyncTopicAdmin, LocalTopicAdmin
 from onceflow.server.txn_markers import ClusterMarkerWriter
 from onceflow.server.txn_router import TransactionRouter
@@ -112,7 +112,9 @@ class Node:
         self.channel: ControllerChannel | None = None
         self.lifecycle: BrokerLifecycle | None = None
         self.controller_listener: ControllerListener | None = None
-        self.peers: PeerConnections | None = None
+        self.peers: PeerConnections | None = None  # to other brokers' inter-broker listener
+        self.controller_peers: PeerConnections | None = None  # to the controllers' listener
+        self.security: NodeSecurity | None = None
         self.replication: NodeReplication | None = None
         self.metrics_endpoint: Any = None  # broker.metrics' endpoint, when metrics.port is set
         self._log_opener = log_opener
@@ -151,10 +153,13 @@ class Node:
     async def _start(self) -> None:
         server, config = self.server, self.config
         broker_listeners = server.broker_listeners()
-        if server.is_broker:
-            broker_security(server, config.security)  # ConfigError: what a cluster cannot do yet
+        # ConfigError: a setting that cannot work, or what a cluster cannot do yet.
+        security = self.security = node_security(server, config.security)
+        broker_config = config
+        if security.broker_properties != config.security:  # without the controller listener's own
+            broker_config = dataclasses.replace(config, security=dict(security.broker_properties))
         self.broker = Broker(
-            config,
+            broker_config,
             log_opener=self._log_opener,
             listeners=[(lst.name, lst.host, lst.port) for lst in broker_listeners],
             protocols={lst.name: lst.security_protocol for lst in broker_listeners},
@@ -183,8 +188,10 @@ class Node:
                 on_activate=self._on_activate,
             )
             self.quorum.add_listener(self.runner)
-        self.peers = PeerConnections(client_id=f"onceflow-node-{self.node_id}")
-        self.channel = ControllerChannel(self.quorum, self.runner, self.peers.send)
+        client_id = f"onceflow-node-{self.node_id}"
+        self.peers = PeerConnections(client_id, security.to_brokers)
+        self.controller_peers = PeerConnections(client_id, security.to_controllers)
+        self.channel = ControllerChannel(self.quorum, self.runner, self.controller_peers.send)
         if server.is_broker:
             self.metadata = ClusterMetadata(
                 self.node_id, topics, on_partitions_deleted=self._partitions_deleted
@@ -218,7 +225,12 @@ class Node:
         if self.runner is not None:
             own = server.controller_listener()
             self.controller_listener = ControllerListener(
-                self.runner, self.quorum, own.host, own.port, quorum_apis=self.quorum.served_apis()
+                self.runner,
+                self.quorum,
+                own.host,
+                own.port,
+                quorum_apis=self.quorum.served_apis(),
+                security=security.controller_listener,
             )
             await self.controller_listener.start()
         await self.quorum.start()
@@ -285,8 +297,9 @@ class Node:
             return self._quorum_factory(self, cluster_id)
         from onceflow.server.raft_quorum import QuorumUnavailable, raft_quorum
 
+        connect = stream_connector(self.security.to_controllers, f"raft-{self.node_id}")
         try:
-            return raft_quorum(self.server, self.data_dir, cluster_id)
+            return raft_quorum(self.server, self.data_dir, cluster_id, connect)
         except QuorumUnavailable:
             if not self.server.single_node:
                 raise
@@ -388,8 +401,9 @@ class Node:
             await self.controller_listener.stop()
         if self.quorum is not None:
             await self.quorum.stop()
-        if self.peers is not None:
-            await self.peers.close()
+        for peers in (self.peers, self.controller_peers):
+            if peers is not None:
+                await peers.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
