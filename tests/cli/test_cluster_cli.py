@@ -132,6 +132,8 @@ def test_cluster_down_stops_the_nodes_in_the_locks_and_nothing_else(tmp_path):
     import json
     import os
     import signal
+    import time
+    from pathlib import Path
 
     data_dir = tmp_path / "c"
     (data_dir / "node-1").mkdir(parents=True)
@@ -142,6 +144,11 @@ def test_cluster_down_stops_the_nodes_in_the_locks_and_nothing_else(tmp_path):
         [sys.executable, "-c", "import time; time.sleep(120)", "serve", str(data_dir / "node-1")]
     )
     try:
+        # the child's command line is the new one only once it has exec'd: wait for that (bounded)
+        cmdline = Path(f"/proc/{node.pid}/cmdline")
+        deadline = time.monotonic() + 30
+        while b"serve" not in cmdline.read_bytes().split(b"\0") and time.monotonic() < deadline:
+            time.sleep(0.05)
         (data_dir / "node-1" / ".lock").write_text(f"{node.pid}\n")
         # a stale lock whose pid now belongs to something else (this test): left alone
         (data_dir / "node-2" / ".lock").write_text(f"{os.getpid()}\n")
