@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from onceflow.broker.cluster_metadata import ClusterMetadata
+from onceflow.broker.cluster_metadata import ClusterMetadata, ImageAclStore, ImageScramStore
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.data_dir_lock import DataDirLock, lock_data_dir
 from onceflow.broker.metrics import serve_metrics
@@ -43,6 +43,7 @@ from onceflow.controller.config import ControllerConfig
 from onceflow.controller.quorum_controller import QuorumController
 from onceflow.metadata.records import RESOURCE_TOPIC
 from onceflow.server.broker_lifecycle import BrokerLifecycle
+from onceflow.server.cluster_authorization import inter_broker_warning
 from onceflow.server.config import Listener, ServerConfig, server_config
 from onceflow.server.controller_channel import ControllerChannel
 from onceflow.server.controller_listener import ControllerListener
@@ -166,6 +167,14 @@ class Node:
         )
         # A cluster's brokers keep no SCRAM credentials of their own (server.security).
         self.broker.keeps_credentials = server.single_node
+        to_brokers = security.to_brokers
+        warning = (
+            inter_broker_warning(server, self.broker.security, getattr(to_brokers, "sasl_username", None))
+            if server.is_broker
+            else None
+        )
+        if warning is not None:
+            log.warning("node %d: %s", self.node_id, warning)
         if self.broker.metrics is not None:
             # First: a metrics port that cannot be bound stops the start at once. What is not there
             # yet (the quorum, the broker's services) is left out of a scrape until it is.
@@ -177,7 +186,9 @@ class Node:
         cluster_id = topics.cluster_id
         # Read before the quorum runs: a damaged single-node file stops the start, naming it.
         self._pending_bootstrap = (
-            single_node_records(self.data_dir, self.node_id) if server.is_controller else []
+            single_node_records(self.data_dir, self.node_id, security=not server.single_node)
+            if server.is_controller
+            else []
         )
         self.quorum = self._make_quorum(cluster_id)
         if server.is_controller:
@@ -272,10 +283,15 @@ class Node:
             await producer_ids.start()
             self.broker._producer_ids = producer_ids  # noqa: SLF001 - set before its services exist
         if self._migrated and self.durable:
-            retire_single_node_files(self.data_dir)
+            retire_single_node_files(self.data_dir, security=not server.single_node)
         if not server.single_node:
             self.broker.quota_store = self.metadata.quota_store()
             self.metadata.on_quotas = self._quotas_changed
+            # ACLs and SCRAM credentials are the image's too (the controller writes them).
+            self.broker.acl_store = ImageAclStore(self.metadata)
+            self.broker.scram_store = ImageScramStore(self.metadata)
+            self.metadata.on_acls = self._acls_changed
+            self.metadata.on_scram_credentials = self._scram_credentials_changed
             self.broker.wrap_markers = lambda local: ClusterMarkerWriter(
                 local,
                 self.metadata,
@@ -365,6 +381,16 @@ class Node:
         services = self.broker.services if self.broker is not None else None
         if services is not None:
             services.quotas.replace(quotas)
+
+    def _acls_changed(self, acls) -> None:
+        services = self.broker.services if self.broker is not None else None
+        if services is not None and services.authorizer is not None:
+            services.authorizer.replace(acls.values())
+
+    def _scram_credentials_changed(self, credentials) -> None:
+        services = self.broker.services if self.broker is not None else None
+        if services is not None and services.scram is not None:
+            services.scram.replace(credentials)
 
     def _partitions_deleted(self, partitions) -> None:
         services = self.broker.services if self.broker is not None else None

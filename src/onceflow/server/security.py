@@ -1,6 +1,6 @@
 """The security of a node: its broker listeners, its controller listener, and the connections it opens
 to other nodes, from the listeners (``server.config``) with their protocols and the TLS, SASL and
-authorizer settings (``broker.security.config``); and what a cluster cannot do yet.
+authorizer settings (``broker.security.config``).
 
 Serving: every listener of the node, the controller listener included, is checked and built by the
 broker's own listener code (``security_config``), so a controller listener takes TLS, mTLS and SASL
@@ -26,9 +26,10 @@ All of it opens through the client's one path (``client.connection.Connection.op
 ``ClientSecurity``); :func:`stream_connector` hands the Raft quorum the socket after it.
 
 SCRAM credentials and ACLs are kept in a single node's data dir (``scram-credentials.json``,
-``acls.json``); a cluster would need them in its metadata log, and the controller does not write
-those yet. So a cluster node refuses SCRAM and the authorizer at start, rather than let each broker
-enforce a different set.
+``acls.json``) and in a cluster's metadata log, which every broker replays, so a cluster's broker
+listeners take SCRAM and the authorizer as a single node's do (``server.cluster_authorization`` says
+what the authorizer needs of the brokers' own principal). Nodes do not authenticate to each other
+with SCRAM yet, and a controller listener does not take it.
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ def node_security(server: ServerConfig, properties: Mapping[str, str]) -> NodeSe
     if controller is not None and not server.single_node:
         controller_security = built[controller.name]
     broker = SecurityConfig(broker_listeners, config.authorizer) if server.is_broker else None
-    if not server.single_node:
-        _refuse_what_a_cluster_cannot_do(config)
+    if controller_security is not None:
+        _refuse_scram_on_the_controller_listener(controller_security)
     if server.single_node:
         return NodeSecurity(broker, None, None, None, properties)
     to_controllers = _client_side(
@@ -135,20 +136,17 @@ def _for_other_listener(key: str, names: set[str], own: set[str]) -> bool:
     return not names or listener in {n.lower() for n in names}
 
 
-def _refuse_what_a_cluster_cannot_do(config: SecurityConfig) -> None:
-    if config.authorizer is not None:
+def _refuse_scram_on_the_controller_listener(listener: ListenerSecurity) -> None:
+    """Broker listeners take SCRAM (the credentials are in the metadata log every broker replays), but
+    a controller listener would have to check voters and registering brokers against credentials that
+    only that same log brings: refused, as the node-to-node SCRAM of ``_client_side``."""
+    scram = [m for m in (listener.sasl.mechanisms if listener.sasl else ()) if m.startswith("SCRAM")]
+    if scram:
         raise ConfigError(
-            "authorizer.class.name: ACLs are kept by a single node only so far (not in a cluster's "
-            "metadata), so a cluster node (process.roles) cannot use the authorizer yet"
+            f"controller listener {listener.name} enables {', '.join(scram)}: a cluster node cannot use "
+            "SCRAM yet on its controller listener (the credentials are in the metadata log it serves); "
+            f"set listener.name.{listener.name.lower()}.sasl.enabled.mechanisms=PLAIN"
         )
-    for listener in config.listeners:
-        scram = [m for m in (listener.sasl.mechanisms if listener.sasl else ()) if m.startswith("SCRAM")]
-        if scram:
-            raise ConfigError(
-                f"listener {listener.name} enables {', '.join(scram)}: SCRAM credentials are kept by a "
-                "single node only so far, so a cluster node (process.roles) cannot use SCRAM yet; set "
-                f"listener.name.{listener.name.lower()}.sasl.enabled.mechanisms=PLAIN"
-            )
 
 
 def _client_side(
