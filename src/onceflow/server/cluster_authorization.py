@@ -8,6 +8,10 @@ principal is a super user (or has the ACLs), the other brokers deny it and repli
 starts anyway and denies; so does onceflow, with a warning at start naming the fix
 (:func:`inter_broker_warning`), each denial in the leader's authorizer log and, once per leader, in
 the follower's (``broker.replica.fetcher``).
+
+The controller listener asks the same of the nodes (``server.controller_authorization``), and there
+nothing works until it is granted: the quorum must form before any ACL can be written, so the
+principal nodes reach the controllers as must be a super user (:func:`controller_warning`).
 """
 
 from __future__ import annotations
