@@ -188,3 +188,13 @@ def test_users_scram_offline_refuses_a_running_broker(secure_broker, tmp_path):
     assert busy.returncode == 1 and "stop the broker" in busy.stderr
     run("users", "scram", "set", "--user", "zed", "--password", "zed-secret", "--data-dir", str(tmp_path))
     assert "zed" in run("users", "scram", "list", "--data-dir", str(tmp_path)).stdout
+
+
+def test_cluster_status_and_metadata_quorum_describe_take_the_command_config(secure_broker, admin_config):
+    where = ["--bootstrap-server", secure_broker.bootstrap]
+    status = run("cluster", "status", *where, "--command-config", admin_config)
+    assert "(controller)" in status.stdout and "alive" in status.stdout
+    quorum = run("metadata-quorum", "describe", "--status", *where, "--command-config", admin_config)
+    assert "LeaderEpoch:" in quorum.stdout and "CurrentVoters:" in quorum.stdout
+    # Without it they speak plain text to a SASL_SSL listener, which answers nothing.
+    assert run("cluster", "status", *where, check=False).returncode != 0

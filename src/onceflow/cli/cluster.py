@@ -30,7 +30,7 @@ from pathlib import Path
 
 import click
 
-from onceflow.cli.common import bootstrap_option, friendly_errors, out
+from onceflow.cli.common import bootstrap_option, client_security, friendly_errors, out
 
 CLUSTER_FILE = "cluster.json"
 READY_LINE = "onceflow broker listening on"
@@ -265,7 +265,9 @@ def status(bootstrap):
     from rich.table import Table
 
     with friendly_errors(bootstrap):
-        brokers, controller_id, leaders, leaderless, partitions = asyncio.run(_status(bootstrap))
+        brokers, controller_id, leaders, leaderless, partitions = asyncio.run(
+            _status(bootstrap, client_security())
+        )
     table = Table(title=f"cluster at {bootstrap}")
     for column in ("broker", "endpoint", "rack", "state", "leaderships"):
         table.add_column(column)
@@ -301,14 +303,14 @@ def status(bootstrap):
     out.print(f"{under} under-replicated partition(s)")
 
 
-async def _status(bootstrap: str):
+async def _status(bootstrap: str, security=None):
     from kafka.protocol.admin import DescribeClusterRequest
     from kafka.protocol.metadata import MetadataRequest
 
     from onceflow.client.connection import Connection
 
     host, _, port = bootstrap.split(",")[0].rpartition(":")
-    conn = await Connection.open(host, int(port))
+    conn = await Connection.open(host, int(port), security=security)
     try:
         described = await conn.send(
             DescribeClusterRequest(
@@ -330,11 +332,11 @@ async def _status(bootstrap: str):
                 leaderless += 1
             else:
                 leaders[partition.leader_id] = leaders.get(partition.leader_id, 0) + 1
-    partitions = await _partition_lag(described.brokers, metadata.topics)
+    partitions = await _partition_lag(described.brokers, metadata.topics, security)
     return described.brokers, described.controller_id, leaders, leaderless, partitions
 
 
-async def _partition_lag(brokers, topics) -> list[dict]:
+async def _partition_lag(brokers, topics, security=None) -> list[dict]:
     """Each partition's ISR and its followers' lag: every replica's log end, asked of its own broker
     (ListOffsets as Kafka's debug consumer, replica id -2, which a follower answers too)."""
     from kafka.protocol.consumer import ListOffsetsRequest
@@ -368,7 +370,7 @@ async def _partition_lag(brokers, topics) -> list[dict]:
             ],
         )
         try:
-            conn = await Connection.open(broker.host, broker.port)
+            conn = await Connection.open(broker.host, broker.port, security=security)
         except (OSError, BrokerConnectionError):
             # A broker killed a moment ago is still listed unfenced until its session times out:
             # its replicas' lag is unknown ("?"), and the status of the others is still shown.

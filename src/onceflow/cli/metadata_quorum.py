@@ -14,7 +14,7 @@ import time
 
 import click
 
-from onceflow.cli.common import bootstrap_option, friendly_errors, out
+from onceflow.cli.common import bootstrap_option, client_security, friendly_errors, out
 from onceflow.protocol.internal_topics import CLUSTER_METADATA_TOPIC
 
 
@@ -32,7 +32,7 @@ def describe(what, bootstrap):
     if what is None:
         raise click.UsageError("choose --status or --replication")
     with friendly_errors(bootstrap):
-        cluster_id, partition = asyncio.run(_describe(bootstrap))
+        cluster_id, partition = asyncio.run(_describe(bootstrap, client_security()))
     hw = partition.high_watermark
     if what == "status":
         lag = max((hw - r.log_end_offset for r in partition.current_voters), default=0)
@@ -80,7 +80,7 @@ def _ago(now: int, timestamp: int) -> str:
     return "-" if timestamp < 0 else f"{max(now - timestamp, 0)} ms ago"
 
 
-async def _describe(bootstrap: str):
+async def _describe(bootstrap: str, security=None):
     from kafka.protocol.admin import DescribeQuorumRequest
     from kafka.protocol.metadata import MetadataRequest
 
@@ -88,7 +88,7 @@ async def _describe(bootstrap: str):
     from onceflow.protocol.errors import ErrorCode, kafka_error
 
     host, _, port = bootstrap.split(",")[0].rpartition(":")
-    conn = await Connection.open(host, int(port))
+    conn = await Connection.open(host, int(port), security=security)
     try:
         if 55 not in conn.broker_versions:
             raise click.ClickException(

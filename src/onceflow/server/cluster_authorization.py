@@ -8,11 +8,15 @@ principal is a super user (or has the ACLs), the other brokers deny it and repli
 starts anyway and denies; so does onceflow, with a warning at start naming the fix
 (:func:`inter_broker_warning`), each denial in the leader's authorizer log and, once per leader, in
 the follower's (``broker.replica.fetcher``).
+
+The controller listener asks the same of the nodes (``server.controller_authorization``), and there
+nothing works until it is granted: the quorum must form before any ACL can be written, so the
+principal nodes reach the controllers as must be a super user (:func:`controller_warning`).
 """
 
 from __future__ import annotations
 
-from onceflow.broker.security.config import SecurityConfig
+from onceflow.broker.security.config import AuthorizerSettings, SecurityConfig
 from onceflow.broker.security.principal import ANONYMOUS, USER_TYPE, KafkaPrincipal
 from onceflow.server.config import ServerConfig
 
@@ -30,24 +34,67 @@ def inter_broker_warning(
     listener = next((lst for lst in config.listeners if lst.name == server.inter_broker_listener_name), None)
     if listener is None:
         return None
+    return _principal_warning(
+        config.authorizer,
+        f"inter-broker listener {listener.name}",
+        listener.protocol,
+        listener.client_auth != "none",
+        sasl_username,
+        "brokers",
+        "replica fetches and transaction markers",
+    )
+
+
+def controller_warning(
+    server: ServerConfig,
+    authorizer: AuthorizerSettings | None,
+    sasl_username: str | None = None,
+    certificate: bool = False,
+) -> str | None:
+    """The same for the controller listener (``server.controller_authorization``): the principal nodes
+    reach the controllers as (the SASL user of ``sasl.mechanism.controller.protocol``, a certificate's
+    subject when ``certificate``, else ``User:ANONYMOUS``) must be a super user, or the quorum never
+    forms and no broker registers: no ACL can be written before it does."""
+    if server.single_node or authorizer is None:
+        return None
+    return _principal_warning(
+        authorizer,
+        f"controller listener {server.controller_listener_names[0]}",
+        server.controller_protocol(),
+        certificate,
+        sasl_username,
+        "nodes",
+        "the quorum's votes and fetches, broker registrations and heartbeats",
+    )
+
+
+def _principal_warning(
+    authorizer: AuthorizerSettings,
+    listener: str,
+    protocol: str,
+    certificate: bool,
+    sasl_username: str | None,
+    who: str,
+    what: str,
+) -> str | None:
     if sasl_username is not None:
         principal = KafkaPrincipal(USER_TYPE, sasl_username)
-        if principal in config.authorizer.super_users:
+        if principal in authorizer.super_users:
             return None
         return (
-            f"the authorizer is on and the brokers reach each other as {principal} (inter-broker listener "
-            f"{listener.name}), which needs CLUSTER_ACTION on the cluster for replica fetches and "
-            f"transaction markers: add {principal} to super.users; until then they are denied"
+            f"the authorizer is on and the {who} reach each other as {principal} ({listener}), which needs "
+            f"CLUSTER_ACTION on the cluster for {what}: add {principal} to super.users; until then they "
+            "are denied"
         )
-    if listener.protocol not in _ANONYMOUS_PROTOCOLS:
+    if protocol not in _ANONYMOUS_PROTOCOLS:
         return None
-    if listener.protocol == "SSL" and listener.client_auth != "none":
-        return None  # brokers present certificates: their principal comes from them
-    if ANONYMOUS in config.authorizer.super_users:
+    if protocol == "SSL" and certificate:
+        return None  # nodes present certificates: their principal comes from them
+    if ANONYMOUS in authorizer.super_users:
         return None
     return (
-        f"the authorizer is on and inter-broker listener {listener.name} is {listener.protocol}, so the "
-        f"other brokers reach this one as {ANONYMOUS}, which needs CLUSTER_ACTION on the cluster for "
-        f"replica fetches and transaction markers: add {ANONYMOUS} to super.users (and keep that "
-        "listener on a private network) or secure the inter-broker listener; until then they are denied"
+        f"the authorizer is on and {listener} is {protocol}, so the other {who} reach this one as "
+        f"{ANONYMOUS}, which needs CLUSTER_ACTION on the cluster for {what}: add {ANONYMOUS} to "
+        "super.users (and keep that listener on a private network) or secure it; until then they are "
+        "denied"
     )

@@ -12,7 +12,9 @@ It speaks the Kafka wire protocol with the broker's framing (``ClientProtocol``)
 Security (``security``, built by the broker's listener code from the same settings): TLS from the
 listener's keystore, a required client certificate (mTLS), SASL PLAIN through the broker's
 ``SaslAuthenticator`` before any other request is served, as on a client listener. Who may do what
-once authenticated (CLUSTER_ACTION) is the authorizer's, not this module's.
+once authenticated is ``authorizer``'s (``server.controller_authorization``: CLUSTER_ACTION on the
+cluster, as Kafka's controller asks), checked before anything is served; without one, any
+authenticated peer may send anything.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from onceflow.controller.quorum_controller import NotController
 from onceflow.protocol import apis
 from onceflow.protocol.errors import ErrorCode, KafkaError
 from onceflow.server.controller_apis import CONTROLLER_APIS, operation_for
+from onceflow.server.controller_authorization import ControllerAuthorizer
 from onceflow.server.controller_errors import error_answer
 from onceflow.server.controller_runner import ControllerRunner
 
@@ -61,9 +64,11 @@ class ControllerListener:
         port: int,
         quorum_apis: Mapping[int, tuple[int, int, Any, QuorumHandler]] | None = None,
         security: ListenerSecurity | None = None,
+        authorizer: ControllerAuthorizer | None = None,
     ) -> None:
         self.runner = runner
         self.security = security
+        self.authorizer = authorizer
         self.quorum = quorum
         self.host = host
         self.port = port
@@ -126,14 +131,17 @@ class ControllerListener:
     def _new_connection(self) -> ClientProtocol:
         security = self.security
         sasl = security.sasl if security is not None else None
+        session = (
+            Session(listener=security.name, security_protocol=security.protocol)
+            if security is not None
+            else Session()
+        )
         connection = ClientProtocol(
-            functools.partial(self._dispatch),
+            functools.partial(self._dispatch, session),
             self.supported,
             max_request_bytes=MAX_REQUEST_BYTES,
             on_close=self._connections.discard,
-            session=Session(listener=security.name, security_protocol=security.protocol)
-            if security is not None
-            else None,
+            session=session,
             # SCRAM is refused on a cluster's listeners (server.security): PLAIN's users only.
             authenticator=SaslAuthenticator(sasl, None) if sasl is not None else None,
             max_unauthenticated_bytes=sasl.max_receive_size if sasl is not None else None,
@@ -144,8 +152,11 @@ class ControllerListener:
         self._connections.add(connection)
         return connection
 
-    async def _dispatch(self, event: RequestReceived) -> bytes | None:
+    async def _dispatch(self, session: Session, event: RequestReceived) -> bytes | None:
         header = event.header
+        refusal = self.refused(session, header.api_key, header.api_version, event.request)
+        if refusal is not None:
+            return apis.encode_response(refusal, header.correlation_id, header.api_version)
         if header.api_key in self._quorum_apis:
             # The quorum encodes its own answers (a Fetch may wait for data first).
             return await self._quorum_apis[header.api_key][3](
@@ -153,6 +164,20 @@ class ControllerListener:
             )
         response = await self.answer(header.api_key, header.api_version, event.request)
         return apis.encode_response(response, header.correlation_id, header.api_version)
+
+    def refused(self, session: Session, api_key: int, version: int, request: Any) -> Any | None:
+        """None if ``session``'s principal may send this request here; else the answer to give it
+        (CLUSTER_AUTHORIZATION_FAILED), with nothing run."""
+        if self.authorizer is None or self.authorizer.allows(session, api_key):
+            return None
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        if api_key == 55:
+            return error_response(code, "cluster authorization failed")
+        if api_key in self._quorum_apis:
+            from onceflow.raft import wire  # only a quorum serving the Raft APIs gets here
+
+            return wire.error_response(api_key, version, code)
+        return error_answer(api_key, request, code, "cluster authorization failed")
 
     async def answer(self, api_key: int, version: int, request: Any) -> Any:
         if api_key == 18:

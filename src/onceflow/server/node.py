@@ -43,8 +43,9 @@ from onceflow.controller.config import ControllerConfig
 from onceflow.controller.quorum_controller import QuorumController
 from onceflow.metadata.records import RESOURCE_TOPIC
 from onceflow.server.broker_lifecycle import BrokerLifecycle
-from onceflow.server.cluster_authorization import inter_broker_warning
+from onceflow.server.cluster_authorization import controller_warning, inter_broker_warning
 from onceflow.server.config import Listener, ServerConfig, server_config
+from onceflow.server.controller_authorization import ControllerAuthorizer
 from onceflow.server.controller_channel import ControllerChannel
 from onceflow.server.controller_listener import ControllerListener
 from onceflow.server.controller_runner import ControllerRunner
@@ -175,6 +176,15 @@ class Node:
         )
         if warning is not None:
             log.warning("node %d: %s", self.node_id, warning)
+        to_controllers = security.to_controllers
+        warning = controller_warning(
+            server,
+            security.authorizer,
+            getattr(to_controllers, "sasl_username", None),
+            getattr(to_controllers, "ssl_certificate_location", None) is not None,
+        )
+        if warning is not None:
+            log.warning("node %d: %s", self.node_id, warning)
         if self.broker.metrics is not None:
             # First: a metrics port that cannot be bound stops the start at once. What is not there
             # yet (the quorum, the broker's services) is left out of a scrape until it is.
@@ -242,6 +252,9 @@ class Node:
                 own.port,
                 quorum_apis=self.quorum.served_apis(),
                 security=security.controller_listener,
+                authorizer=ControllerAuthorizer(security.authorizer, self.runner.controller)
+                if security.authorizer is not None and not server.single_node
+                else None,
             )
             await self.controller_listener.start()
         await self.quorum.start()

@@ -40,6 +40,7 @@ from typing import Any
 
 from onceflow.broker.security.config import (
     PLAIN,
+    AuthorizerSettings,
     ListenerSecurity,
     SecurityConfig,
     listener_setting,
@@ -63,6 +64,7 @@ class NodeSecurity:
     to_controllers: Any  # client.security.ClientSecurity, or None: plain TCP
     to_brokers: Any  # the same, for the inter-broker listener
     broker_properties: Mapping[str, str]  # the settings for the broker's own listeners
+    authorizer: AuthorizerSettings | None = None  # the node's, for its broker and controller listeners
 
 
 def broker_security(server: ServerConfig, properties: Mapping[str, str]) -> SecurityConfig:
@@ -99,7 +101,7 @@ def node_security(server: ServerConfig, properties: Mapping[str, str]) -> NodeSe
     if controller_security is not None:
         _refuse_scram_on_the_controller_listener(controller_security)
     if server.single_node:
-        return NodeSecurity(broker, None, None, None, properties)
+        return NodeSecurity(broker, None, None, None, properties, config.authorizer)
     to_controllers = _client_side(
         properties,
         server.controller_listener_names[0],
@@ -122,7 +124,9 @@ def node_security(server: ServerConfig, properties: Mapping[str, str]) -> NodeSe
     broker_properties = {
         k: v for k, v in properties.items() if not _for_other_listener(k, set(), broker_names)
     }
-    return NodeSecurity(broker, controller_security, to_controllers, to_brokers, broker_properties)
+    return NodeSecurity(
+        broker, controller_security, to_controllers, to_brokers, broker_properties, config.authorizer
+    )
 
 
 def _for_other_listener(key: str, names: set[str], own: set[str]) -> bool:
