@@ -46,7 +46,11 @@ from onceflow.spark.faults import FAULT_DIR_ENV  # noqa: E402
 from onceflow.spark.pipeline import PipelineConfig, run_pipeline  # noqa: E402
 from onceflow.spark.sink import BatchAtomicCommits, SinkCommitMessage, SinkFenced  # noqa: E402
 from onceflow.spark.sink_options import EXACTLY_ONCE, EXACTLY_ONCE_ATOMIC, parse_sink_options  # noqa: E402
-from onceflow.spark.two_phase import check_broker_supports_two_phase_commit, two_phase_settings  # noqa: E402
+from onceflow.spark.two_phase import (  # noqa: E402
+    check_broker_supports_two_phase_commit,
+    complete_all,
+    two_phase_settings,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -303,6 +307,29 @@ def test_a_driver_whose_prepared_transactions_were_taken_over_is_fenced(broker, 
     # A driver that finds another's intent for its batch is fenced too (before touching anything).
     with pytest.raises(SinkFenced, match="another driver decided this batch first"):
         first.commit(first_messages, 1)
+
+
+def test_an_intent_a_dead_driver_took_over_but_did_not_complete_is_committed(broker, tmp_path):
+    """A driver that died completing an intent may have taken an id over (InitProducerId with
+    keepPreparedTxn) without its EndTxn: the transaction stays prepared, under a later epoch on our
+    broker. Finishing the intent commits it all the same."""
+    output = new_output(broker, "atomic-kept")
+    options = parse_sink_options(
+        {
+            "kafka.bootstrap.servers": broker.bootstrap,
+            "topic": output,
+            "guarantee": EXACTLY_ONCE_ATOMIC,
+            "transactional.id.prefix": f"kept-{output}",
+        }
+    )
+    messages = prepare_batch(broker.bootstrap, options, output, 1, b"kept")
+    decided_ms = time.time_ns() // 1_000_000
+    taker = Producer(two_phase_settings(options, messages[0].transactional_id))
+    taker.init_transactions(keep_prepared_txn=True)  # the dead driver's completion, cut short
+    taker.close()
+    transactions = {m.transactional_id: m.prepared for m in messages}
+    assert complete_all(options, transactions, decided_ms=decided_ms) == 2
+    assert by_partition(broker.bootstrap, output) == {0: [(None, b"kept-0")], 1: [(None, b"kept-1")]}
 
 
 def wait_paused(proc, signals: Path, log_path: Path, timeout: float = 400) -> None:

@@ -457,6 +457,7 @@ class BatchAtomicCommits:
             self.options,
             intent.transactions,
             after_each=lambda done: faults.on_driver_completion(intent.batch_id, done),
+            decided_ms=intent.decided_ms,
         )
         self.intents.write(dataclasses.replace(intent, completed_ms=time.time_ns() // 1_000_000))
         log.info(

@@ -3,13 +3,21 @@ micro-batch's tasks prepared, all at once, from the driver.
 
 A task's transaction is completed by a producer of the same transactional id that takes it over with
 ``init_transactions(keep_prepared_txn=True)`` (fencing the task's producer, which is gone anyway) and
-calls ``complete_transaction(state)`` with the state the task prepared: it commits when the
-transaction open under that id is the one the task prepared, and aborts anything else. When no
-transaction is open under the id, this one was completed already (by an earlier completion that the
-driver did not live to record); nothing is left to do. So completing an intent twice is harmless,
-which is what lets a restarted driver finish an intent whatever part of it was done.
+calls ``complete_transaction(state)`` with the state the task prepared.
 
-Aborting is a plain ``init_transactions()`` of the id: the coordinator aborts what is open under it.
+The driver's own commit (:func:`commit_prepared`) first looks at every id's open transaction
+(DescribeTransactions, which fences nobody): if one is not the transaction its task prepared, another
+writer took the ids over (a second driver on the checkpoint), and the driver is fenced
+(:class:`TransactionsTakenOver`) before it completes anything or disturbs the other's transactions.
+
+Finishing an intent a driver left (:func:`complete_all`, on restart) commits what is still open as
+prepared and aborts anything else open under the ids; when no transaction is open under an id, its
+transaction was completed already (by a completion the dead driver did not live to record). So
+finishing an intent twice is harmless, which is what lets a restarted driver finish an intent
+whatever part of it was done.
+
+Aborting (:func:`abort_all`) aborts what the driver's own tasks prepared, and whatever is open under
+the ids of tasks that did not report.
 
 Every id is handled concurrently on one event loop; ``after_each`` (the fault points of the tests)
 runs after each completion.
@@ -71,20 +79,32 @@ async def _take_over(options: SinkOptions, transactional_id: str) -> tuple[Async
     return producer, producer.prepared_transaction_state
 
 
-async def _complete(options: SinkOptions, transactional_id: str, state: PreparedTxnState) -> bool:
-    """Complete one id's prepared transaction; returns whether one was still open."""
+async def _complete(
+    options: SinkOptions, transactional_id: str, state: PreparedTxnState, kept_if_started_by: int | None
+) -> bool:
+    """Complete one id's prepared transaction; returns whether one was still open.
+
+    ``kept_if_started_by`` (ms): the open transaction of the state's producer id under a later epoch
+    that started by then is the prepared one, kept by a take-over that did not complete it (a driver
+    that died completing the intent: our broker, unlike Kafka's, moves the kept transaction's epoch
+    with each take-over)."""
     producer, found = await _take_over(options, transactional_id)
     try:
         if not found.has_transaction:
             return False
-        if found != state:
+        kept = (
+            kept_if_started_by is not None
+            and found.producer_id == state.producer_id
+            and found.epoch > state.epoch
+        )
+        if found != state and not kept:
             log.warning(
                 "%s: the open transaction (%s) is not the one the batch prepared (%s): aborting it",
                 transactional_id,
                 found,
                 state,
             )
-        await producer.complete_transaction(state)
+        await producer.complete_transaction(found if kept else state)
         return True
     finally:
         await producer.close()
@@ -94,17 +114,23 @@ def complete_all(
     options: SinkOptions,
     transactions: Mapping[str, str],
     after_each: Callable[[int], None] | None = None,
+    decided_ms: int | None = None,
 ) -> int:
-    """Finish an intent a driver left (``{transactional id: state text}``): commit each prepared
-    transaction that is still open, abort any other transaction open under its id (no other driver
-    may be writing: Kafka's ``complete_transaction`` rule); returns how many were still open."""
+    """Finish an intent a driver left (``{transactional id: state text}``, decided at ``decided_ms``):
+    commit each prepared transaction that is still open, abort any other transaction open under its
+    id (no other driver may be writing: Kafka's ``complete_transaction`` rule); returns how many were
+    still open. A transaction of the prepared one's producer id that started before the decision is
+    the prepared one, whatever its epoch now (see :func:`_complete`)."""
 
     async def run() -> int:
         done = 0
+        started = await _open_transactions(options, transactions, with_start=True)
 
         async def one(transactional_id: str, text: str) -> bool:
             nonlocal done
-            opened = await _complete(options, transactional_id, PreparedTxnState.from_string(text))
+            state, started_ms = started[transactional_id]
+            kept = decided_ms if decided_ms is not None and 0 <= started_ms <= decided_ms else None
+            opened = await _complete(options, transactional_id, PreparedTxnState.from_string(text), kept)
             done += 1
             if after_each is not None:
                 after_each(done)
@@ -156,30 +182,31 @@ def commit_prepared(
 
 
 async def _open_transactions(
-    options: SinkOptions, transactional_ids: Iterable[str]
-) -> dict[str, PreparedTxnState]:
+    options: SinkOptions, transactional_ids: Iterable[str], *, with_start: bool = False
+) -> dict:
     """The producer id and epoch of the transaction open under each id (empty state: none), over one
-    admin connection per coordinator."""
+    admin connection per coordinator; ``with_start``: each with the transaction's start time (ms, -1
+    when none is open)."""
     from onceflow.client.admin import AsyncAdminClient
     from onceflow.client.security import ClientSecurity
     from onceflow.protocol.errors import ErrorCode, KafkaError
 
-    async def one(admin: AsyncAdminClient, tid: str) -> PreparedTxnState:
+    async def one(admin: AsyncAdminClient, tid: str) -> tuple[PreparedTxnState, int]:
         try:
             described = await admin.describe_transaction(tid)
         except KafkaError as exc:
             if exc.code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
-                return PreparedTxnState()
+                return PreparedTxnState(), -1
             raise
         if described.state != "Ongoing":
-            return PreparedTxnState()
-        return PreparedTxnState(described.producer_id, described.producer_epoch)
+            return PreparedTxnState(), -1
+        return PreparedTxnState(described.producer_id, described.producer_epoch), described.start_time_ms
 
     ids = sorted(set(transactional_ids))
     security = ClientSecurity.from_config(options.extra)
     async with AsyncAdminClient(options.bootstrap, client_id=options.client_id, security=security) as admin:
-        states = await asyncio.gather(*(one(admin, tid) for tid in ids))
-    return dict(zip(ids, states, strict=True))
+        found = await asyncio.gather(*(one(admin, tid) for tid in ids))
+    return {tid: (f if with_start else f[0]) for tid, f in zip(ids, found, strict=True)}
 
 
 def _taken_over_text(lost: Mapping[str, PreparedTxnState], wanted: Mapping[str, PreparedTxnState]) -> str:
