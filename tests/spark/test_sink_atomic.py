@@ -10,8 +10,8 @@ written only by the task reading input partition P). What is checked:
   intent is durable and before any completion (the prepared transactions then hold the LSO and
   `onceflow txn list` shows them), with the broker restarted before the query resumes; the driver
   killed after one of the two completions; a task failing after it prepared;
-- two drivers on one checkpoint: the first pauses in its commit of batch 1, the second replays batch 1
-  (its tasks take the transactional ids over, aborting what the first prepared) and pauses likewise;
+- two drivers on one checkpoint: the first pauses in its commit of a batch, the second replays the
+  batch (its tasks take the transactional ids over, aborting what the first prepared) and pauses likewise;
   the first then finds its transactions gone and stops, fenced, without touching the second's; the
   second completes the query, and the output is the failure-free run's;
 - a broker without KIP-939 is refused in one line.
@@ -332,7 +332,7 @@ def test_an_intent_a_dead_driver_took_over_but_did_not_complete_is_committed(bro
     assert by_partition(broker.bootstrap, output) == {0: [(None, b"kept-0")], 1: [(None, b"kept-1")]}
 
 
-def wait_paused(proc, signals: Path, log_path: Path, timeout: float = 400) -> None:
+def wait_paused(proc, signals: Path, log_path: Path, timeout: float = 600) -> None:
     """Until the child driver's ``pause-driver-before-intent`` fault point is reached."""
     deadline = time.monotonic() + timeout
     while not (signals / "paused").exists():
@@ -342,36 +342,41 @@ def wait_paused(proc, signals: Path, log_path: Path, timeout: float = 400) -> No
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(
+    1200
+)  # two driver starts: a few seconds each on an idle machine, minutes on a saturated one
 def test_two_drivers_on_one_checkpoint_the_fenced_one_commits_nothing(
     broker, input_topic, reference, tmp_path
 ):
+    """The whole input in one batch (each driver runs batch 0 only), so that the two drivers cost
+    little more than their start."""
     output = new_output(broker, "atomic-two-drivers")
     config = config_for(broker, input_topic, output, tmp_path / "ckpt")
+    config.max_offsets_per_trigger = RECORDS
     procs, logs, signals = {}, {}, {}
     try:
-        for name in ("first", "second"):  # the second starts once the first's batch 1 is prepared
+        for name in ("first", "second"):  # the second starts once the first's batch 0 is prepared
             signals[name] = tmp_path / name
             signals[name].mkdir()
             logs[name] = tmp_path / f"{name}.log"
             procs[name] = start_child_driver(
-                config, "pause-driver-before-intent:1", logs[name], env={FAULT_DIR_ENV: str(signals[name])}
+                config, "pause-driver-before-intent:0", logs[name], env={FAULT_DIR_ENV: str(signals[name])}
             )
             wait_paused(procs[name], signals[name], logs[name])
-        # Both drivers have batch 1 prepared by their tasks; the second's took the ids last.
+        # Both drivers have batch 0 prepared by their tasks; the second's took the ids last.
         (signals["first"] / "go").touch()
         assert wait_child(procs["first"], timeout=300) != 0
         assert "this driver is fenced" in logs["first"].read_text(), logs["first"].read_text()[-3000:]
-        assert IntentLog(tmp_path / "ckpt").read().batch_id == 0  # its batch 1 intent was withdrawn
+        assert IntentLog(tmp_path / "ckpt").read() is None  # its intent was taken back
         (signals["second"] / "go").touch()
-        assert wait_child(procs["second"], timeout=400) == 0, logs["second"].read_text()[-3000:]
+        assert wait_child(procs["second"], timeout=300) == 0, logs["second"].read_text()[-3000:]
     finally:
         for proc in procs.values():
             if proc.poll() is None:  # a failed assertion: the drivers stop with the test
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     intent = IntentLog(tmp_path / "ckpt").read()
-    assert intent.batch_id == 2 and intent.completed
+    assert intent.batch_id == 0 and intent.completed
     assert by_partition(broker.bootstrap, output) == reference
 
 
