@@ -14,6 +14,9 @@ written only by the task reading input partition P). What is checked:
   batch (its tasks take the transactional ids over, aborting what the first prepared) and pauses likewise;
   the first then finds its transactions gone and stops, fenced, without touching the second's; the
   second completes the query, and the output is the failure-free run's;
+- the same two drivers' commits without Spark (a driver whose prepared transactions were taken over
+  is fenced and leaves the other's alone; a driver that finds another's intent for its batch too), and
+  an intent whose transaction a dead driver took over without completing it is still committed;
 - a broker without KIP-939 is refused in one line.
 
 One broker for the module, the session's SparkSession; child drivers where a driver must die.
