@@ -10,6 +10,12 @@ authorizer): the plaintext path as it was. A confluent-kafka producer sends N re
 (acks=all, linger.ms=5, batch.size=1 MiB), a confluent-kafka consumer reads them back; contenders run
 interleaved, medians reported, with the broker's and the client's CPU seconds per GB.
 
+The bound (issue 25's "an experiment bounds it"): a broker that stores nothing (bench/null_broker.py:
+onceflow's connection code and TLS transport answering ApiVersions, Metadata and Produce from nothing)
+on a PLAINTEXT and an SSL listener, produced to with the same producer in the same rounds. Its SSL /
+PLAINTEXT ratio is what TLS leaves of the rate when the broker does nothing else; SASL adds nothing
+per record once authenticated (SCRAM and PLAIN do not wrap the stream), so it bounds SASL_SSL too.
+
 Connection set-up: onceflow's client opening a connection (TCP, TLS, ApiVersions, SaslHandshake and the
 SCRAM exchange with Kafka's default 4096 iterations), median of many, against a plaintext connection.
 """
@@ -29,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     BrokerProcess,
     emit,
+    free_port,
     kill_all,
     measure,
     median,
@@ -37,13 +44,16 @@ from _common import (  # noqa: E402
 )
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from null_broker import NullBrokerProcess  # noqa: E402
 from tests.helpers.secure_broker import SecureBroker  # noqa: E402
 
 FULL = {"records": 300_000, "rounds": 3, "connections": 40}
-QUICK = {"records": 60_000, "rounds": 3, "connections": 15}
+QUICK = {"records": 40_000, "rounds": 3, "connections": 10}
 RECORD_BYTES = 1_000
 PHASES = ("produce", "consume")
-CONTENDERS = ("plaintext", "sasl_ssl", "plaintext_no_authorizer")
+CONTENDERS = ("plaintext", "sasl_ssl", "plaintext_no_authorizer", "null_plaintext", "null_ssl")
+# The null broker serves produce only (it keeps nothing to consume).
+NULL_CONTENDERS = ("null_plaintext", "null_ssl")
 
 
 def grant(broker: SecureBroker) -> None:
@@ -62,6 +72,14 @@ def grant(broker: SecureBroker) -> None:
 
 
 def settings(broker, contender: str) -> dict:
+    if contender == "null_plaintext":
+        return {"bootstrap.servers": f"127.0.0.1:{broker.plain_port}"}
+    if contender == "null_ssl":
+        return {
+            "bootstrap.servers": f"127.0.0.1:{broker.ssl_port}",
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(broker.ca),
+        }
     if contender == "sasl_ssl":
         return broker.scram("alice")
     if contender == "plaintext":
@@ -115,10 +133,12 @@ def run_round(
     name: str, broker, conf: dict, admin_conf: dict, records: int, payload: bytes, samples: dict
 ) -> None:
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient(admin_conf)  # kept referenced until the result: librdkafka handles die with it
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
+    admin = None
+    if admin_conf is not None:
+        admin = AdminClient(admin_conf)  # kept referenced until the result: librdkafka handles die with it
+        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
     gigabytes = records * RECORD_BYTES / 1e9
-    for phase in PHASES:
+    for phase in ("produce",) if name in NULL_CONTENDERS else PHASES:
         with measure(broker.pid) as m:
             if phase == "produce":
                 produce(conf, topic, records, payload)
@@ -132,7 +152,8 @@ def run_round(
             f"  {name:24s} {phase:7s} {records / r.seconds:>10,.0f} rec/s  "
             f"broker {r.broker_cpu_s:6.2f} cpu-s  client {r.client_cpu_s:6.2f} cpu-s  ({r.seconds:.2f} s)"
         )
-    admin.delete_topics([topic])[topic].result(30)  # recycled pages for the next phase (see _common)
+    if admin is not None:
+        admin.delete_topics([topic])[topic].result(30)  # recycled pages for the next phase (see _common)
 
 
 def connection_setup_ms(broker: SecureBroker, count: int) -> dict[str, float]:
@@ -186,18 +207,29 @@ def main(argv: list[str] | None = None) -> int:
         Path(tmp.name) / "secure", extra={"connection.failed.authentication.delay.ms": "100"}
     )
     plain = BrokerProcess(Path(tmp.name) / "plain")
+    null = NullBrokerProcess(free_port(), free_port(), secure.pki.server_keystore, secure.pki.ca)
     try:
         secure.start()
         plain.start()
+        null.start()
         progress(
-            f"secured broker pid {secure.pid} (PLAINTEXT :{secure.plain_port}, SASL_SSL :{secure.sasl_ssl_port}); plain broker pid {plain.pid}"
+            f"secured broker pid {secure.pid} (PLAINTEXT :{secure.plain_port}, SASL_SSL :{secure.sasl_ssl_port}); "
+            f"plain broker pid {plain.pid}; null broker pid {null.pid}"
         )
         grant(secure)
-        brokers = {"plaintext": secure, "sasl_ssl": secure, "plaintext_no_authorizer": plain}
+        brokers = {
+            "plaintext": secure,
+            "sasl_ssl": secure,
+            "plaintext_no_authorizer": plain,
+            "null_plaintext": null,
+            "null_ssl": null,
+        }
         admin = {
             "plaintext": secure.scram(),
             "sasl_ssl": secure.scram(),
             "plaintext_no_authorizer": {"bootstrap.servers": plain.bootstrap},
+            "null_plaintext": None,
+            "null_ssl": None,
         }
         samples = {
             name: {
@@ -216,12 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         secure.stop()
         plain.stop()
+        null.stop()
         kill_all()
         tmp.cleanup()
     results, cpu = {}, {"client": {}}
     for name in CONTENDERS:
         cpu[name], cpu["client"][name] = {}, {}
-        for phase in PHASES:
+        for phase in ("produce",) if name in NULL_CONTENDERS else PHASES:
             results[f"{name}.{phase}"] = round(median(samples[name][phase]["rate"]))
             cpu[name][phase] = round(median(samples[name][phase]["broker_cpu_s_per_gb"]), 2)
             cpu["client"][name][phase] = round(median(samples[name][phase]["client_cpu_s_per_gb"]), 2)
@@ -233,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         ratios[f"{phase} plaintext/plaintext_no_authorizer"] = round(
             results[f"plaintext.{phase}"] / results[f"plaintext_no_authorizer.{phase}"], 3
         )
+    ratios["produce null_ssl/null_plaintext (bound)"] = round(
+        results["null_ssl.produce"] / results["null_plaintext.produce"], 3
+    )
     emit(
         {
             "bench": "security",
@@ -250,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sasl_mechanism": "SCRAM-SHA-512",
                 "scram_iterations": 4096,
                 "authorizer": "StandardAuthorizer on the secured broker (both of its listeners)",
+                "null_broker": "bench/null_broker.py: onceflow's connection code, no storage; SSL without SASL",
                 "acks": "all",
                 "linger_ms": 5,
                 "batch_size": 1 << 20,

@@ -144,6 +144,7 @@ class Simulation:
             del self.log[self.committed :]
             self.waiting = [w for w in self.waiting if w[0] < dropped_from]
         self.epoch += 1
+        previous = self.leader
         self.leader = self.rng.choice(NODES)
         for node in NODES:
             self.nodes[node].handle_leader_change(self.leader, self.epoch)
@@ -151,7 +152,10 @@ class Simulation:
         self.commit(len(self.log))
         self.deliver(self.leader, all_of_them=True)
         ctl = self.nodes[self.leader]
-        self.submit(ctl.activate(self.epoch, self.end_offset, self.now))
+        # It last heard from the previous leader (also broker ``previous``) a while ago: that broker's
+        # session dates from then, whether its process is dead or alive.
+        heard = (previous, self.now - self.rng.choice([0, 500, 4000, 20000])) if previous else None
+        self.submit(ctl.activate(self.epoch, self.end_offset, self.now, previous_leader=heard))
 
     # ------------------------------------------------------------ actors
 

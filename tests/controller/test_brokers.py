@@ -140,6 +140,66 @@ def test_session_expiry_fences_the_broker_and_moves_its_leaderships():
     assert ctl.image.partition("t", 0).leader == 2  # no automatic move back here
 
 
+def _fail_over(ctl, log, now_ms: int, previous_leader):
+    """The controller loses the quorum and wins it again in the next epoch (standing in for another
+    node's controller: the committed image is all it keeps), knowing ``previous_leader``."""
+    ctl.renounce()
+    epoch = ctl.epoch + 1
+    result = ctl.activate(epoch, log.end_offset, now_ms, previous_leader=previous_leader)
+    run(ctl, log, result)
+
+
+def test_after_a_controller_failover_the_old_leaders_broker_is_fenced_a_session_after_it_fell_silent():
+    """Combined nodes: the quorum's previous leader (node 1) is also broker 1, and its process died
+    with it. Its session dates from the new controller's last word from it, so it is fenced a session
+    timeout after that, not a whole session timeout after the new controller's election (as Kafka's
+    fresh sessions at activation would); the other brokers start with fresh sessions."""
+    ctl, log = live_cluster(3)
+    assert ctl.config.node_id not in (2, 3)  # node 3 led the quorum before this controller
+    create_topics(ctl, log, ("t", {0: [3, 1, 2]}))
+    timeout = ctl.config.broker_session_timeout_ms
+    heard, activated = 10_000, 12_500  # the election took 2.5 s after the last fetch answered
+    _fail_over(ctl, log, activated, previous_leader=(3, heard))
+    assert ctl.next_deadline_ms() == heard + timeout + 1
+    for result in ctl.poll(heard + timeout + 1):
+        run(ctl, log, result)
+    assert ctl.image.broker(3).fenced
+    assert not ctl.image.broker(1).fenced and not ctl.image.broker(2).fenced
+    assert ctl.image.partition("t", 0).leader == 1
+    # Brokers 2 and 3 still have their whole session from the activation.
+    assert ctl.poll(activated + timeout) == []
+
+
+def test_a_live_old_leader_keeps_its_session_by_heartbeating_or_is_unfenced_by_its_next_heartbeat():
+    ctl, log = live_cluster(3)
+    create_topics(ctl, log, ("t", {0: [3, 1, 2]}))
+    timeout = ctl.config.broker_session_timeout_ms
+    # Alive after all, heartbeating to the new controller in time: nothing happens.
+    _fail_over(ctl, log, 10_000, previous_leader=(3, 9_000))
+    heartbeat(ctl, log, 3, now_ms=10_500)
+    assert ctl.poll(9_000 + timeout + 1) == []
+    assert not ctl.image.broker(3).fenced
+    # The last word was longer ago than a session: fenced at once; its next heartbeat (caught up)
+    # unfences it, and it is in the ISR it never lost data from.
+    _fail_over(ctl, log, 50_000, previous_leader=(3, 50_000 - 2 * timeout))
+    for result in ctl.poll(50_000):
+        run(ctl, log, result)
+    assert ctl.image.broker(3).fenced and 3 not in ctl.image.partition("t", 0).isr
+    assert heartbeat(ctl, log, 3, now_ms=50_100).is_fenced is False
+    assert not ctl.image.broker(3).fenced
+
+
+def test_activation_dates_no_session_back_for_itself_or_an_unknown_or_fenced_broker():
+    ctl, log = live_cluster(3)
+    timeout = ctl.config.broker_session_timeout_ms
+    node = ctl.config.node_id
+    for previous in ((node, 0), (9, 0), None):
+        _fail_over(ctl, log, 100_000, previous_leader=previous)
+        assert ctl.next_deadline_ms() == min(100_000 + timeout + 1, ctl._next_unclean_ms)  # noqa: SLF001
+        for b in (1, 2, 3):
+            heartbeat(ctl, log, b, now_ms=100_000)
+
+
 def test_want_fence_fences_and_want_shut_down_without_leaderships_stops_at_once():
     ctl, log = live_cluster(2)
     fenced = heartbeat(ctl, log, 1, want_fence=True)

@@ -174,6 +174,55 @@ def test_instrumented_handlers_count_their_answers_error_codes():
     )
 
 
+def test_fetch_is_also_reported_as_fetch_follower_or_fetch_consumer():
+    """Kafka names a follower's Fetch (replica id >= 0) FetchFollower and a consumer's FetchConsumer,
+    besides Fetch: the real Fetch handler says which, from the request."""
+    from kafka.protocol.consumer import FetchRequest
+
+    from onceflow.broker.handlers import fetch as fetch_handler
+
+    clock = Clock(1.0)
+    stats = RequestStats(clock=clock)
+    module = types.SimpleNamespace(
+        API_KEY=1,
+        MIN_VERSION=4,
+        MAX_VERSION=17,
+        REQUEST=FetchRequest,
+        is_from_follower=fetch_handler.is_from_follower,
+    )
+
+    async def handle(ctx, request):
+        await Wait()  # a long poll: the kind is known before the handler suspends
+        return None
+
+    module.handle = handle
+    handler = stats.instrument({1: module})[1]
+    ctx = types.SimpleNamespace(api_version=12)
+    for replica_id, answers in ((2, {}), (3, {}), (-1, {}), (-2, {})):
+        request = types.SimpleNamespace(replica_id=replica_id)
+        drive(stats.timed(handler.handle(ctx, request), 1, 12, 1.0, answers), clock, 0.5)
+    families = Families()
+    stats.collect(families)
+    requests = {
+        tuple(sorted(s.labels.items())): s.value
+        for f in families
+        for s in f.samples
+        if s.name == "kafka_network_requestmetrics_requests_total"
+    }
+    assert requests == {
+        (("request", "Fetch"), ("version", "12")): 4,
+        (("request", "FetchFollower"), ("version", "12")): 2,
+        (("request", "FetchConsumer"), ("version", "12")): 2,  # -2: Kafka's debug consumer
+    }
+    remote = {
+        s.labels["request"]: s.value
+        for f in families
+        for s in f.samples
+        if s.name == "kafka_network_requestmetrics_remotetimems_count"
+    }
+    assert remote == {"Fetch": 4, "FetchFollower": 2, "FetchConsumer": 2}
+
+
 def test_fetch_is_also_reported_as_fetch_consumer():
     clock = Clock(1.0)
     stats = RequestStats(clock=clock)

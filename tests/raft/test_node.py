@@ -121,6 +121,20 @@ def test_three_voters_elect_a_leader_that_commits_its_leader_change_first() -> N
         assert h.leader_changes(node_id)[-1] == (leader.node_id, epoch)
 
 
+def test_a_new_leader_knows_when_it_last_heard_from_the_leader_it_replaces() -> None:
+    """What the controller activated next dates the old leader's broker session from (combined nodes):
+    the time of the last Fetch answer from it, not the time of the election."""
+    h = Harness()
+    old = h.elect()
+    h.run(500)
+    crashed_at = h.now
+    h.crash(old.node_id)
+    new = h.elect()
+    leader_id, epoch, heard_ms = new.last_leader_contact
+    assert (leader_id, epoch) == (old.node_id, old.state.epoch)
+    assert crashed_at - 1000 < heard_ms <= crashed_at < h.now  # the election came later
+
+
 def test_the_new_leader_tells_its_listener_only_after_it_replayed_every_commit() -> None:
     h = Harness()
     leader = h.elect()

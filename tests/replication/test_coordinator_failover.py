@@ -42,7 +42,13 @@ ROLLING_KILLS = 4  # more than the three brokers: every one dies once, one twice
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    nodes = ClusterNodes(tmp_path_factory.mktemp("of-repl-coord"), 3, extra=FAST)
+    # Two __transaction_state partitions: one broker of three coordinates no transaction (see
+    # test_every_brokers_transactions_are_listed_once).
+    nodes = ClusterNodes(
+        tmp_path_factory.mktemp("of-repl-coord"),
+        3,
+        extra={**FAST, "transaction.state.log.num.partitions": "2"},
+    )
     try:
         yield nodes.start()
     finally:
@@ -131,6 +137,51 @@ def test_offsets_sent_to_a_transaction_coordinated_by_another_broker(cluster):
     finally:
         reader.close()
     assert committed.offset == 42
+
+
+def test_every_brokers_transactions_are_listed_once(cluster):
+    """ListTransactions across the cluster (our admin, as ``onceflow txn list``): ``__transaction_state``
+    has two partitions here, so one broker of three leads none, and answers an empty list as Kafka's
+    does (it answered NOT_COORDINATOR, failing the whole listing); each open transaction is listed
+    once, by its coordinator."""
+    from tests.helpers.cluster import request
+
+    from onceflow.client.admin import AdminClient
+
+    warmup = transactional_producer(cluster.bootstrap, "list-warmup")
+    warmup.init_transactions(60)  # creates __transaction_state
+    wait_until(
+        lambda: all(p.leader >= 0 for p in partitions_of(cluster.bootstrap, TRANSACTION_STATE).values()),
+        60,
+        f"{TRANSACTION_STATE} led",
+    )
+    coordinators = sorted({p.leader for p in partitions_of(cluster.bootstrap, TRANSACTION_STATE).values()})
+    idle = [node for node in cluster.nodes if node not in coordinators]
+    assert idle, "a broker leading no __transaction_state partition"
+    topic = "list-txn"
+    create_topic(cluster.bootstrap, topic, 1)
+    tids = [
+        _key_led_by(cluster.bootstrap, TRANSACTION_STATE, "list-txn", lambda b, c=c: b == c)
+        for c in coordinators
+    ]
+    producers = []
+    for tid in tids:
+        producer = transactional_producer(cluster.bootstrap, tid)
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        producer.produce(topic, tid.encode(), partition=0)
+        producer.flush(60)
+        producers.append(producer)
+    try:
+        for node in idle:
+            response = asyncio.run(request(cluster.nodes[node].bootstrap, _list_all(), 0))
+            assert (response.error_code, response.transaction_states) == (ErrorCode.NONE, [])
+        with AdminClient(cluster.bootstrap) as admin:
+            listed = [t.transactional_id for t in admin.list_transactions(["Ongoing"])]
+        assert sorted(t for t in listed if t.startswith("list-txn")) == sorted(tids)
+    finally:
+        for producer in producers:
+            producer.abort_transaction(60)
 
 
 def test_a_new_coordinator_finishes_a_commit_left_in_prepare(cluster):
@@ -230,6 +281,53 @@ def test_the_old_coordinator_answers_not_coordinator(cluster):
     producer.begin_transaction()  # the producer finds the new coordinator
     producer.produce("coord-4", b"moved", partition=0)
     producer.commit_transaction(60)
+    _a_stale_coordinators_markers_are_fenced(cluster, tid)
+
+
+def _a_stale_coordinators_markers_are_fenced(cluster, tid: str) -> None:
+    """The commit's marker carried the new coordinator's epoch (the partition's leader epoch, which
+    the election raised). WriteTxnMarkers from an older coordinator epoch, for the same producer, is
+    refused by the data partition's leader with TRANSACTION_COORDINATOR_FENCED (Kafka's check in the
+    producer state) and writes nothing."""
+    from kafka.protocol.producer import WriteTxnMarkersRequest
+    from tests.helpers.cluster import request
+
+    from onceflow.client.admin import AdminClient
+    from onceflow.client.consumer.structs import TopicPartition
+
+    with AdminClient(cluster.bootstrap) as admin:
+        description = admin.describe_transaction(tid)
+        [state] = [
+            p
+            for p in admin.describe_producers(TopicPartition("coord-4", 0))
+            if p.producer_id == description.producer_id
+        ]
+        assert state.coordinator_epoch >= 1  # the election moved the coordinator
+        leader = partitions_of(cluster.bootstrap, "coord-4")[0].leader
+
+        def markers(coordinator_epoch: int):
+            m = WriteTxnMarkersRequest.WritableTxnMarker
+            body = WriteTxnMarkersRequest(
+                markers=[
+                    m(
+                        producer_id=description.producer_id,
+                        producer_epoch=description.producer_epoch,
+                        transaction_result=False,
+                        topics=[m.WritableTxnMarkerTopic(name="coord-4", partition_indexes=[0])],
+                        coordinator_epoch=coordinator_epoch,
+                    )
+                ]
+            )
+            response = asyncio.run(request(cluster.nodes[leader].bootstrap, body, 1))
+            return response.markers[0].topics[0].partitions[0].error_code
+
+        assert markers(state.coordinator_epoch - 1) == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+        [after] = [
+            p
+            for p in admin.describe_producers(TopicPartition("coord-4", 0))
+            if p.producer_id == description.producer_id
+        ]
+        assert after == state  # nothing written for the stale marker
 
 
 def test_the_copier_workload_through_rolling_broker_kills(cluster, tmp_path):
@@ -302,3 +400,11 @@ def _seed_n(bootstrap: str, topic: str, count: int) -> None:
         _seed(bootstrap, topic)
     finally:
         copier_test.RECORDS = saved
+
+
+def _list_all():
+    from kafka.protocol.admin import ListTransactionsRequest
+
+    return ListTransactionsRequest(
+        state_filters=[], producer_id_filters=[], duration_filter=-1, transactional_id_pattern=None
+    )

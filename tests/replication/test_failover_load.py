@@ -15,20 +15,14 @@ from tests.replication.cluster_ops import FAST, create_topic, partitions_of, rea
 
 from onceflow.client import Producer as OurProducer
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.onceflow_only]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400), pytest.mark.onceflow_only]
 
 TOPIC = "load"
 PARTITIONS = 6
-KILLS = 4
-LOAD_BETWEEN_KILLS_S = 3
+KILLS = 3  # bounded for CI (~60-90 s); each kill takes a leader of some of the six partitions
+LOAD_BETWEEN_KILLS_S = 2
 
 
-@pytest.mark.xfail(
-    reason="known, under investigation: after some leader kills our producer can leave a few records "
-    "stored in the partition but never acknowledged (a flush that ends with them pending, or a gap "
-    "in what it saw acknowledged); confluent-kafka's producers pass. The test names the records.",
-    strict=False,
-)
 def test_leader_kills_under_idempotent_load(tmp_path):
     cluster = ClusterNodes(tmp_path / "of-repl-load", 3, extra=FAST)
     try:
@@ -47,7 +41,7 @@ def test_leader_kills_under_idempotent_load(tmp_path):
                     "acks": "all",
                     "linger.ms": 5,
                     "request.timeout.ms": 5000,
-                    "message.timeout.ms": 120000,
+                    "message.timeout.ms": 60000,
                 }
             )
             i = 0
@@ -65,7 +59,7 @@ def test_leader_kills_under_idempotent_load(tmp_path):
                 )
                 producer.poll(0.002)
                 i += 1
-            producer.flush(180)
+            producer.flush(90)
 
         def ours(name: str) -> None:
             producer = OurProducer(
@@ -73,7 +67,7 @@ def test_leader_kills_under_idempotent_load(tmp_path):
                 enable_idempotence=True,
                 acks="all",
                 request_timeout_ms=5000,
-                delivery_timeout_ms=120000,
+                delivery_timeout_ms=60000,
             )
             i = 0
             futures = []
@@ -95,7 +89,7 @@ def test_leader_kills_under_idempotent_load(tmp_path):
                     time.sleep(0.02)
                 i += 1
             try:
-                producer.flush(180)
+                producer.flush(90)
             except TimeoutError:
                 pass  # told below, with the records it left
             left_pending.extend(_pending(futures))
@@ -130,7 +124,7 @@ def test_leader_kills_under_idempotent_load(tmp_path):
         finally:
             stop.set()
             for w in writers:
-                w.join(240)
+                w.join(150)
         assert kills == KILLS
         assert not left_pending, (
             f"our producer's flush left {len(left_pending)} records pending: {left_pending}"

@@ -23,6 +23,9 @@ class AppendOnlyQuorum:
         self.log_end_offset += len(records)
         return self.log_end_offset - 1
 
+    def last_leader_contact(self):
+        return None
+
 
 def test_results_decided_together_are_appended_where_the_controller_placed_them():
     async def run() -> None:

@@ -36,7 +36,23 @@ def test_requests_before_and_during_loading_are_refused():
     assert run(rig.coordinator.init_producer_id("app", T)).producer_epoch == 0
     rig.coordinator.shutdown()
     with pytest.raises(NotCoordinator):
+        run(rig.coordinator.init_producer_id("app", T))
+
+
+def test_list_transactions_lists_what_is_served_here_and_nothing_elsewhere():
+    """Kafka's TransactionStateManager lists the ids of the partitions it has loaded: a broker serving
+    none answers an empty list (not NOT_COORDINATOR, which made a cluster-wide listing fail on every
+    broker leading no __transaction_state partition); COORDINATOR_LOAD_IN_PROGRESS while loading."""
+    rig = make_rig(load=False)
+    assert rig.coordinator.list_transactions().transactions == []
+    rig.coordinator.begin_loading(coordinator_epoch=3)
+    with pytest.raises(CoordinatorLoadInProgress):
         rig.coordinator.list_transactions()
+    rig.coordinator.load_from_records([])
+    run(rig.coordinator.init_producer_id("app", T))
+    assert [t.transactional_id for t in rig.coordinator.list_transactions().transactions] == ["app"]
+    rig.coordinator.shutdown()
+    assert rig.coordinator.list_transactions().transactions == []
 
 
 def test_reload_restores_every_id_as_last_written():

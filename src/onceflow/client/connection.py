@@ -44,6 +44,12 @@ CLIENT_MAX_VERSIONS: dict[int, int] = {0: 12, 1: 12, 3: 12, 18: 3, 20: 5}
 
 DEFAULT_REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
 
+# What writing to a lost connection raises. uvloop raises RuntimeError ("the handler is closed") for a
+# transport it closed when the peer reset the connection, before our read loop has seen the EOF: a
+# broker killed with kill -9 under load. Escaping as RuntimeError, that write once killed the
+# producer's sender (every later flush hung); it is a lost connection like any other.
+_WRITE_ERRORS = (OSError, ConnectionError, RuntimeError)
+
 
 class BrokerConnectionError(KafkaError):
     """The connection to the broker could not be opened, failed, or was closed."""
@@ -263,7 +269,7 @@ class Connection:
             future = loop.create_future()
         try:
             self._writer.write(frame)
-        except (OSError, ConnectionError) as exc:
+        except _WRITE_ERRORS as exc:
             self._fail(exc)  # fails an answered request's future
             if not answered:
                 future.set_exception(
@@ -294,7 +300,7 @@ class Connection:
         try:
             self._writer.write(frame)
             await self._writer.drain()
-        except (OSError, ConnectionError) as exc:
+        except _WRITE_ERRORS as exc:
             self._forget(correlation_id)
             self._fail(exc)
             raise BrokerConnectionError(f"lost connection to {self.host}:{self.port}: {exc}")

@@ -158,10 +158,26 @@ class QuorumController:
 
     # ------------------------------------------------------------ leadership
 
-    def activate(self, epoch: int, next_offset: int, now_ms: int) -> ControllerResult:
+    def activate(
+        self,
+        epoch: int,
+        next_offset: int,
+        now_ms: int,
+        *,
+        previous_leader: tuple[int, int] | None = None,
+    ) -> ControllerResult:
         """Become the active controller of ``epoch``, writing from ``next_offset`` (every batch
         before it must have been delivered). On an empty log the result carries the bootstrap
-        records (``metadata.version``)."""
+        records (``metadata.version``).
+
+        ``previous_leader``: (node id, ms) of this node's last word from the quorum's previous
+        leader. Every broker's session starts now (as Kafka's), except that node's when it is also a
+        registered broker (process.roles=broker,controller): its process is the one the quorum just
+        lost, so its session is dated from that last word. A controller's failover then fences a
+        dead leader's broker a session timeout after it fell silent, not after the new controller's
+        election. A broker that is alive after all keeps its session by heartbeating within that
+        time, or is unfenced by its next heartbeat (nothing it holds is lost: fencing only moves
+        leaderships within the ISR)."""
         if self.active:
             raise RuntimeError(f"already active in epoch {self._epoch}")
         if next_offset <= self._committed_offset:
@@ -177,6 +193,16 @@ class QuorumController:
         self.sessions = BrokerSessions(self.config.broker_session_timeout_ms)
         for broker in self._image.brokers.values():
             self.sessions.register(broker.id, broker.fenced, now_ms)
+        if previous_leader is not None:
+            node, heard_ms = previous_leader
+            session = self.sessions.get(node)
+            if node != self.config.node_id and session is not None and not session.fenced:
+                session.last_contact_ms = min(heard_ms, now_ms)
+                log.info(
+                    "broker %d led the quorum until %d ms ago: its session dates from then",
+                    node,
+                    now_ms - session.last_contact_ms,
+                )
         self._next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_seconds * 1000
         self._next_unclean_ms = now_ms + self.config.unclean_leader_election_interval_ms
         self._last_write_ms = now_ms

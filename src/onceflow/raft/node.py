@@ -101,6 +101,10 @@ class RaftNode(RoleTimers, ElectionHandlers, ReplicationHandlers, ListenerView):
         self._votes: dict[int, bool] = {}
         self._resign_unacked: set[int] = set()
         self._preferred_successors: tuple[int, ...] = ()
+        # (leader id, epoch, time) of the last word this node had from a leader other than itself:
+        # becoming its follower, or an answer to a Fetch. Kept across transitions, for the controller
+        # activated next (it dates the old leader's broker session from it; see QuorumController).
+        self.last_leader_contact: tuple[int, int, int] | None = None
         self._init_replication()
         # The leader's accumulator: records appended and not yet written, grouped per append.
         self._pending: list[tuple[bytes, ...]] = []
@@ -361,6 +365,7 @@ class RaftNode(RoleTimers, ElectionHandlers, ReplicationHandlers, ListenerView):
         if role is Role.FOLLOWER:
             self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
             self._election_deadline_ms = NEVER
+            self.last_leader_contact = (self.state.leader_id, self.state.epoch, now_ms)
         elif role in (Role.UNATTACHED, Role.VOTED):
             keep = (
                 previous is not None

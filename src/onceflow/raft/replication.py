@@ -259,6 +259,7 @@ class ReplicationHandlers:
             if response.high_watermark >= 0:
                 self._raise_high_watermark(min(response.high_watermark, storage.log_end_offset))
         self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
+        self.last_leader_contact = (source, self.state.epoch, now_ms)
         return True
 
     def _append_as_follower(self, response: FetchResponse) -> None:

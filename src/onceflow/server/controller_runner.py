@@ -99,7 +99,9 @@ class ControllerRunner:
     def _activate(self, epoch: int) -> None:
         next_offset = self.quorum.log_end_offset
         empty_log = self.controller.committed_image.metadata_version == 0
-        result = self.controller.activate(epoch, next_offset, now_ms())
+        result = self.controller.activate(
+            epoch, next_offset, now_ms(), previous_leader=self.quorum.last_leader_contact()
+        )
         self._append(result, epoch)
         if empty_log and self._bootstrap_records is not None:
             records = list(self._bootstrap_records())

@@ -98,6 +98,10 @@ class MetadataQuorum(Protocol):
     def describe(self) -> QuorumDescription | None:
         """The quorum as this node sees it if it leads (None: ask the leader)."""
 
+    def last_leader_contact(self) -> tuple[int, int] | None:
+        """(leader id, wall-clock ms) of the last word this node had from another node leading the
+        quorum (None: never). Read when this node's controller activates."""
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -150,6 +154,9 @@ class LocalQuorum:
 
     def leader_address(self) -> tuple[str, int] | None:
         return self.address if self._running else None
+
+    def last_leader_contact(self) -> tuple[int, int] | None:
+        return None  # the only voter: no other leader
 
     def append(self, records: Sequence[bytes], epoch: int) -> int:
         if not self._running or epoch != self._epoch:

@@ -116,6 +116,10 @@ class RaftQuorum:
         node = self.raft.node
         return self.storage.log_end_offset if node is None else node.next_append_offset
 
+    def last_leader_contact(self) -> tuple[int, int] | None:
+        contact = None if self.raft.node is None else self.raft.node.last_leader_contact
+        return None if contact is None else (contact[0], contact[2])
+
     def leader_address(self) -> tuple[str, int] | None:
         leader, _epoch = self.leader
         return None if leader is None else self.voters.get(leader)

@@ -62,6 +62,12 @@ def _replica_id(version: int, request: FetchRequest) -> int:
     return request.replica_id
 
 
+def is_from_follower(version: int, request: FetchRequest) -> bool:
+    """A follower's fetch (its broker id as replica id), which the request metrics name FetchFollower,
+    as Kafka's; a consumer's (-1, or -2 for a debug consumer) is FetchConsumer."""
+    return _replica_id(version, request) >= 0
+
+
 def _session_request(version: int, request: FetchRequest) -> SessionRequest:
     """The session metadata and partitions of a request; v13+ name topics by id, older by name."""
     uses_topic_ids = version >= 13

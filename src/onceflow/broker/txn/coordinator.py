@@ -648,7 +648,7 @@ class TransactionCoordinator:
         producer_id_filters: Iterable[int] = (),
         duration_filter_ms: int = -1,
     ) -> ListTransactionsResult:
-        """ListTransactions; raises COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR when not serving."""
+        """ListTransactions of the partitions served here; raises COORDINATOR_LOAD_IN_PROGRESS while loading."""
         return self.state.list_transactions(
             state_filters, producer_id_filters, duration_filter_ms, self._clock_ms()
         )

@@ -201,8 +201,8 @@ class TransactionService:
     async def list_transactions(
         self, state_filters: Iterable[str], producer_id_filters: Iterable[int], duration_filter_ms: int
     ) -> ListTransactionsResult:
-        """ListTransactions (raises COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR when not serving),
-        answered once what it shows is committed."""
+        """ListTransactions of the partitions served here (none: an empty list; raises
+        COORDINATOR_LOAD_IN_PROGRESS while one loads), answered once what it shows is committed."""
         listed = self.coordinator.list_transactions(state_filters, producer_id_filters, duration_filter_ms)
         await self._all_committed()
         return listed

@@ -25,7 +25,7 @@ from onceflow.broker.txn.config import TransactionConfig, partition_for_key
 from onceflow.broker.txn.errors import InvalidTransactionTimeout
 from onceflow.broker.txn.log_format import decode_key, decode_value, encode_key, encode_value_fields
 from onceflow.broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransition
-from onceflow.protocol.errors import CoordinatorLoadInProgress, NotCoordinator
+from onceflow.protocol.errors import CoordinatorLoadInProgress
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +102,15 @@ class TransactionStateManager:
         """The epoch markers for this id carry: its partition's coordinator epoch."""
         return self._runtime().epoch(self.partition_for(transactional_id))
 
-    def check_active(self) -> None:
-        """For requests about every id (ListTransactions): all loaded partitions must be active."""
+    def active_partitions(self) -> set[int]:
+        """For requests about every id (ListTransactions): the partitions served here, which may be
+        none (a broker leading no ``__transaction_state`` partition lists nothing, as Kafka's
+        TransactionStateManager does); COORDINATOR_LOAD_IN_PROGRESS while one is loading."""
         runtime = self._runtime()
-        statuses = {runtime.status(p) for p in range(runtime.num_partitions)}
-        if PartitionStatus.LOADING in statuses:
+        statuses = {p: runtime.status(p) for p in range(runtime.num_partitions)}
+        if PartitionStatus.LOADING in statuses.values():
             raise CoordinatorLoadInProgress("the transaction coordinator is loading __transaction_state")
-        if PartitionStatus.ACTIVE not in statuses:
-            raise NotCoordinator("this broker is not (or no longer) the transaction coordinator")
+        return {p for p, status in statuses.items() if status is PartitionStatus.ACTIVE}
 
     # -- the runtime's shard -------------------------------------------------------------------------
 
@@ -189,8 +190,9 @@ class TransactionStateManager:
         return [m for t, m in self._cache.items() if self.partition_for(t) == partition]
 
     def all_metadata(self) -> Iterator[TransactionMetadata]:
-        self.check_active()
-        return iter(list(self._cache.values()))
+        """The ids of every partition served here (see :meth:`active_partitions`)."""
+        active = self.active_partitions()
+        return iter([m for t, m in self._cache.items() if self.partition_for(t) in active])
 
     def validate_transaction_timeout(self, txn_timeout_ms: int, enable_2pc: bool = False) -> None:
         """A two-phase commit producer's timeout is not checked: its transactions have none."""
@@ -237,7 +239,6 @@ class TransactionStateManager:
     ) -> ListTransactionsResult:
         """ListTransactions: all non-Dead ids matching every given filter (empty filter = any); the
         duration filter (-1 = none) keeps transactions running longer than it, as Kafka does."""
-        self.check_active()
         states: set[TransactionState] = set()
         unknown: list[str] = []
         state_names = list(state_filters)

@@ -92,7 +92,16 @@ class ProduceDispatcher:
         asyncio.get_running_loop().call_later(self.request_timeout_s, self.on_answer, node, batches, lost)
 
     def _submit(self, node: int, conn, request, batches: list[ProducerBatch], number: int) -> None:
-        answer = conn.submit_frame(request)
+        try:
+            answer = conn.submit_frame(request)
+        except Exception as exc:  # noqa: BLE001 - whatever the cause, the request is not on the wire
+            # The batches are the sender's in flight: answered as a lost connection (retriable), on the
+            # next loop turn as any answer is, never an exception out of the sender's pass (which once
+            # ended the sender with them in flight for ever).
+            log.warning("Produce request #%d to broker %d not sent: %r", number, node, exc)
+            lost = KafkaError(f"request not sent: {exc!r}", ErrorCode.NETWORK_EXCEPTION)
+            asyncio.get_running_loop().call_soon(self.on_answer, node, batches, lost)
+            return
         answer.add_done_callback(functools.partial(self._answered, node, batches, number, time.monotonic()))
 
     def _answered(self, node: int, batches, number: int, sent: float, answer: asyncio.Future) -> None:

@@ -179,18 +179,14 @@ class Sender:
     async def run(self) -> None:
         while True:
             self._woken = False
-            now = time.monotonic()
-            self._expire(now)
-            if now - self.network.last_refresh > self.metadata_max_age_s:
-                self._request_metadata()  # metadata.max.age.ms: notice leader moves without errors
-            if self.txn.is_transactional:
-                if self.txn.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR):
-                    self.fail_queued(self._txn_error())
-                self._maybe_add_partitions()
-            delay = await self._send_ready(now)
-            expiry = self._next_expiry(now)
-            if expiry is not None and (delay is None or expiry < delay):
-                delay = expiry
+            try:
+                delay = await self._run_once()
+            except Exception:
+                # As Kafka's Sender: an unexpected error in one pass is logged and the loop goes on.
+                # Ending here would leave every batch in flight or queued unanswered, and each flush
+                # waiting for ever.
+                log.exception("unexpected error in the producer's sender; it goes on")
+                delay = self.retry_backoff_s
             if self.idle():
                 waiters, self._idle_waiters = self._idle_waiters, []
                 for w in waiters:
@@ -199,6 +195,22 @@ class Sender:
                 if self._closing:
                     return
             await self._until_woken(delay)
+
+    async def _run_once(self) -> float | None:
+        """One pass: expire, refresh, send what is ready; the seconds until the next pass is due."""
+        now = time.monotonic()
+        self._expire(now)
+        if now - self.network.last_refresh > self.metadata_max_age_s:
+            self._request_metadata()  # metadata.max.age.ms: notice leader moves without errors
+        if self.txn.is_transactional:
+            if self.txn.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR):
+                self.fail_queued(self._txn_error())
+            self._maybe_add_partitions()
+        delay = await self._send_ready(now)
+        expiry = self._next_expiry(now)
+        if expiry is not None and (delay is None or expiry < delay):
+            delay = expiry
+        return delay
 
     async def _until_woken(self, delay: float | None) -> None:
         """Until :meth:`wakeup` or ``delay`` seconds (None: no limit). The loop waits once per
