@@ -2,6 +2,7 @@
 leaves a partition without one.
 
     python bench/replication.py [--quick] [--records N] [--rounds R] [--kills K]
+                                [--inter-broker plaintext|sasl_ssl] [--produce-only]
 
 - **Produce**: a confluent-kafka producer sends N records of 1,000 bytes over 6 partitions with
   acks=all (linger.ms=5) to a topic of replication factor 3 (min.insync.replicas=2) and to one of
@@ -14,6 +15,10 @@ leaves a partition without one.
   record acknowledged after it (by the new leader), median and p90 over K kills (target:
   broker.session.timeout.ms + 2 s). The same for a controlled shutdown (SIGTERM: the leader hands
   its partitions over before it stops; target 1 s).
+
+``--inter-broker sasl_ssl`` runs the same on a cluster whose controller and inter-broker listeners are
+SASL_SSL with PLAIN (``tests.helpers.secure_cluster``; clients stay on PLAINTEXT), so the ratio shows
+what TLS and SASL between the brokers cost replication; ``--produce-only`` skips the failover phases.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cpu_seconds, emit, kill_all, median, progress  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from tests.helpers.certs import make_pki  # noqa: E402
 from tests.helpers.cluster import ClusterNodes, quorum  # noqa: E402
+from tests.helpers.secure_cluster import secure_internal_listeners  # noqa: E402
 from tests.replication.cluster_ops import partitions_of, wait_until  # noqa: E402
 
 from onceflow.client import Producer as OurProducer  # noqa: E402
@@ -230,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int)
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--kills", type=int)
+    parser.add_argument("--inter-broker", choices=("plaintext", "sasl_ssl"), default="plaintext")
+    parser.add_argument("--produce-only", action="store_true", help="skip the failover phases")
     args = parser.parse_args(argv)
     settings = dict(QUICK if args.quick else FULL)
     for key in ("records", "rounds", "kills"):
@@ -239,14 +248,19 @@ def main(argv: list[str] | None = None) -> int:
     samples = {factor: {"rate": [], "cpu": []} for factor in (1, 3)}
     tmp = tempfile.TemporaryDirectory(prefix="onceflow-bench-replication-")
     try:
-        cluster = ClusterNodes(Path(tmp.name) / "cluster", 3, extra=SETTINGS).start()
+        cluster = ClusterNodes(Path(tmp.name) / "cluster", 3, extra=SETTINGS)
+        if args.inter_broker == "sasl_ssl":
+            secure_internal_listeners(cluster, make_pki(Path(tmp.name) / "pki"))
+        cluster.start()
         progress(f"cluster on {cluster.bootstrap}")
         for round_ in range(settings["rounds"]):
             progress(f"round {round_ + 1}/{settings['rounds']}")
             for factor in (3, 1) if round_ % 2 else (1, 3):
                 throughput_round(cluster, factor, settings["records"], payload, samples)
-        kills = failover_samples(cluster, settings["kills"], controlled=False)
-        shutdowns = failover_samples(cluster, settings["shutdowns"], controlled=True)
+        kills, shutdowns = {}, {}
+        if not args.produce_only:
+            kills = failover_samples(cluster, settings["kills"], controlled=False)
+            shutdowns = failover_samples(cluster, settings["shutdowns"], controlled=True)
         cluster.kill_all()  # stopping the last nodes under control would wait for a lost quorum
     finally:
         kill_all()
@@ -279,9 +293,10 @@ def main(argv: list[str] | None = None) -> int:
                 "record_bytes": RECORD_BYTES,
                 "partitions": PARTITIONS,
                 "rounds": settings["rounds"],
-                "kills": settings["kills"],
-                "shutdowns": settings["shutdowns"],
+                "kills": 0 if args.produce_only else settings["kills"],
+                "shutdowns": 0 if args.produce_only else settings["shutdowns"],
                 "broker.session.timeout.ms": SESSION_TIMEOUT_MS,
+                "inter_broker": args.inter_broker,
             },
         }
     )

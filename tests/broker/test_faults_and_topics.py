@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -85,6 +86,26 @@ def test_topic_manager_lifecycle_and_persistence(tmp_path):
     )
     assert reloaded.get("__consumer_offsets").internal
     reloaded.close()
+
+
+def test_a_restart_logs_one_info_line_for_its_partitions(tmp_path, caplog):
+    topics = TopicManager(tmp_path)
+    topics.load()
+    topics.create_topic("t", 3)
+    topics.close()
+    topics = TopicManager(tmp_path)
+    topics.load()
+    topics.get("t").partitions[0].log.abandon()  # as a kill leaves it
+    topics.get("t").partitions[1].log.close()
+    topics.get("t").partitions[2].log.close()
+    caplog.set_level(logging.INFO)
+    reloaded = TopicManager(tmp_path)
+    reloaded.load()
+    reloaded.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert "loaded 3 partition(s) (1 topics from" in lines[0]
+    assert lines[0].endswith("1 recovered after an unclean shutdown: t-0")
 
 
 def test_leftover_partition_dir_does_not_leak_into_a_new_topic(tmp_path):

@@ -91,6 +91,39 @@ def test_usage_errors_exit_2_with_a_message(runner, args, message):
     assert message in result.output
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["serve", "--config", "no.such.setting=1"],
+        ["serve", "--config", "num.partitions=many"],
+        ["serve", "--config", "noequals"],
+        ["quotas", "set", "--client", "c", "--add-config", "producer_byt_rate=1"],
+    ],
+)
+def test_a_refused_value_is_one_line_without_the_usage(runner, args):
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 2
+    assert result.output.startswith("Error: Invalid value for --"), result.output
+    assert result.output.count("\n") == 1, result.output
+
+
+def test_a_port_in_use_is_refused_before_anything_is_written(runner, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = runner.invoke(cli, ["serve", "--port", str(port), "--data-dir", str(tmp_path / "data")])
+    assert result.exit_code == 1
+    assert f"cannot serve on PLAINTEXT://127.0.0.1:{port}: address already in use" in result.output
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_real_usage_error_keeps_clicks_usage_lines(runner):
+    result = runner.invoke(cli, ["serve", "--no-such-option"])
+    assert result.exit_code == 2
+    assert "Usage: " in result.output and "No such option" in result.output
+
+
 def test_a_misspelt_broker_config_is_refused_with_the_nearest_name(runner):
     result = runner.invoke(cli, ["serve", "--config", "num.partition=3"])
     assert result.exit_code == 2

@@ -9,12 +9,8 @@ import pytest
 
 from onceflow.broker.coordinator.scheduler import ManualScheduler
 from onceflow.broker.group import assignment as a
-from onceflow.broker.group.consumer_groups import (
-    ConsumerGroupConfig,
-    ConsumerGroups,
-    ConsumerGroupState,
-    HeartbeatRequest,
-)
+from onceflow.broker.group.consumer_group import ConsumerGroupConfig, ConsumerGroupState, HeartbeatRequest
+from onceflow.broker.group.consumer_groups import ConsumerGroups
 from onceflow.broker.group.reconciliation import MemberAssignment, MemberState, next_assignment
 from onceflow.protocol.errors import ErrorCode, KafkaError
 

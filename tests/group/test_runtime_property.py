@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from onceflow.broker.coordinator.scheduler import ManualScheduler
 from onceflow.broker.group.config import GroupCoordinatorConfig
-from onceflow.broker.group.consumer_groups import ConsumerGroupConfig, HeartbeatRequest
+from onceflow.broker.group.consumer_group import ConsumerGroupConfig, HeartbeatRequest
 from onceflow.broker.group.coordinator import GroupCoordinator, OffsetCommitEntry
 from onceflow.broker.group.persistence import InMemoryOffsetsTopic
 from onceflow.broker.group.requests import JoinRequest

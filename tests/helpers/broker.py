@@ -175,6 +175,11 @@ class _ManagedProcess:
                 self._popen.wait()
         return self._reap()
 
+    def terminate(self) -> None:
+        """SIGTERM without waiting (several processes that stop together); ``stop`` then reaps it."""
+        if self._popen is not None and self._popen.poll() is None:
+            self._signal(signal.SIGTERM)
+
     def kill9(self) -> int | None:
         if self._popen is None:
             return None

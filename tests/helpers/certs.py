@@ -1,5 +1,6 @@
 """Test certificates made on the fly with ``cryptography`` (never checked in): a CA, a server
-certificate for 127.0.0.1/localhost, client certificates for mTLS, and a CA nobody trusts.
+certificate for 127.0.0.1/localhost, client certificates for mTLS, a cluster node's certificate (for
+serving and for connecting to the other nodes), and a CA nobody trusts.
 
 ``make_pki(dir)`` writes PEM files and returns their paths; EC P-256 keys keep generation fast.
 """
@@ -30,6 +31,7 @@ class Pki:
     rogue_cert: Path  # CN=mallory, signed by a CA the broker does not trust
     rogue_key: Path
     encrypted_keystore: Path  # the server key encrypted with KEY_PASSWORD, with its chain
+    node_keystore: Path  # CN=node: a cluster node's key and chain, for serving and as a client (mTLS)
     key_password: str = "keystore-secret"
 
 
@@ -44,7 +46,9 @@ def _key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _cert(subject, key, issuer, issuer_key, *, ca: bool, server: bool = False) -> x509.Certificate:
+def _cert(
+    subject, key, issuer, issuer_key, *, ca: bool, server: bool = False, client_too: bool = False
+) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
@@ -72,8 +76,10 @@ def _cert(subject, key, issuer, issuer_key, *, ca: bool, server: bool = False) -
             critical=True,
         )
     else:
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]
+        if server and client_too:  # a cluster node: it serves and connects to the other nodes
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     if server:
         builder = builder.add_extension(
             x509.SubjectAlternativeName(
@@ -115,6 +121,10 @@ def make_pki(directory: Path) -> Pki:
     alice = _cert(_name(CN="alice", OU="eng", O="onceflow"), alice_key, ca_name, ca_key, ca=False)
     bob = _cert(_name(CN="bob", OU="ops", O="onceflow"), bob_key, ca_name, ca_key, ca=False)
     mallory = _cert(_name(CN="mallory", O="elsewhere"), mallory_key, rogue_ca_name, rogue_ca_key, ca=False)
+    node_key = _key()
+    node = _cert(
+        _name(CN="node", O="onceflow"), node_key, ca_name, ca_key, ca=False, server=True, client_too=True
+    )
     password = "keystore-secret"
     return Pki(
         ca=write("ca.pem", _pem(ca)),
@@ -130,5 +140,6 @@ def make_pki(directory: Path) -> Pki:
         encrypted_keystore=write(
             "server-keystore-encrypted.pem", _key_pem(server_key, password) + _pem(server) + _pem(ca)
         ),
+        node_keystore=write("node-keystore.pem", _key_pem(node_key) + _pem(node) + _pem(ca)),
         key_password=password,
     )

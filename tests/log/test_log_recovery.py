@@ -1,5 +1,6 @@
 """Log recovery: torn tails, lost or corrupt indexes, unclean shutdown, a real kill -9."""
 
+import logging
 import os
 import signal
 import subprocess
@@ -190,3 +191,27 @@ def test_bit_rot_in_sealed_segment_is_a_storage_error_not_a_hang(tmp_path):
     with pytest.raises(KafkaStorageError):
         log.read(3, 10**6)
     log.close()
+
+
+def test_only_a_log_left_without_its_marker_counts_as_unclean(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="onceflow.log")
+    made_first = tmp_path / "made-first"
+    made_first.mkdir()  # as the metadata log's directory is, before its log opens
+    for directory in (tmp_path / "new", made_first):
+        log = Log.open(directory, CONFIG)
+        assert not log.recovered_unclean
+        log.close()
+    assert "unclean" not in caplog.text
+    fill(tmp_path / "t-0")  # never closed: the process "died"
+    recovered = Log.open(tmp_path / "t-0", CONFIG)
+    assert recovered.recovered_unclean
+    assert "unclean shutdown" in caplog.text
+    recovered.close()
+    assert not Log.open(tmp_path / "t-0", CONFIG).recovered_unclean
+
+
+def test_opening_a_log_logs_nothing_at_info(tmp_path, caplog):
+    fill(tmp_path / "t-0").close()
+    caplog.set_level(logging.INFO)
+    Log.open(tmp_path / "t-0", CONFIG).close()
+    assert [r.getMessage() for r in caplog.records] == []

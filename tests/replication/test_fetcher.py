@@ -160,3 +160,16 @@ def test_one_request_in_flight_and_stale_answers_are_ignored(tmp_path):
     bogus = FetchAnswer(ErrorCode.NONE, 3, 3, 0, 3, b"")
     fetcher.handle_fetch(request, {KEY: bogus}, 100)  # an answer to a request no longer in flight
     assert fetcher.state(KEY).fetch_offset == follower.log.log_end_offset
+
+
+def test_a_leader_whose_authorizer_refuses_us_is_named_once_and_fetching_backs_off(tmp_path, caplog):
+    _leader, follower = pair(tmp_path)
+    fetcher = fetcher_for(follower)
+    denied = FetchAnswer(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    with caplog.at_level("WARNING", logger="onceflow.broker.replica.fetcher"):
+        for now in (0, 100, 200):
+            request = fetcher.next_request(now)
+            fetcher.handle_fetch(request, {KEY: denied}, now)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "CLUSTER_ACTION" in warnings[0] and "super user" in warnings[0]
+    assert fetcher.state(KEY).delayed_until_ms == 300

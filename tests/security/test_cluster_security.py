@@ -4,8 +4,9 @@ its JAAS setting) beside the PLAINTEXT inter-broker and controller listeners.
 - confluent-kafka (librdkafka) and our client bootstrap from one node's SASL_SSL port, and produce
   to and consume from a topic with a partition led by each broker: Metadata sends them to the other
   broker's SASL_SSL endpoint, never to a plain-text one; a wrong password is refused there.
-- What a cluster cannot do yet is refused at ``onceflow serve`` with one line naming the setting:
-  the authorizer and SCRAM (their state is a single node's so far), a TLS controller listener.
+- What a cluster cannot do yet is refused at ``onceflow serve`` with one line naming the setting: a
+  SASL controller listener whose JAAS line gives no identity for the node to connect to the other
+  controllers with. (The authorizer and SCRAM on a cluster: ``test_cluster_acls``.)
 
 Bounded: every wait has a deadline; every process is killed at the end, whatever failed.
 """
@@ -158,11 +159,14 @@ def test_a_wrong_password_is_refused_on_the_cluster(cluster, pki):
 @pytest.mark.parametrize(
     ("settings", "words"),
     [
-        ({"authorizer.class.name": "standard"}, "cannot use the authorizer yet"),
-        ({"sasl.enabled.mechanisms": "SCRAM-SHA-512"}, "cannot use SCRAM yet"),
         (
-            {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL"},
-            "controllers serve PLAINTEXT",
+            {
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT,CLIENT:SASL_PLAINTEXT",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "sasl.mechanism.controller.protocol": "PLAIN",
+            },
+            # The JAAS line has users to accept, but no username/password for this node to send.
+            'sends the username="..." password="..." of this line',
         ),
     ],
 )

@@ -116,16 +116,15 @@ CLUSTER_NODE = {
 }
 
 
-def test_a_cluster_node_takes_sasl_plain_and_refuses_what_only_a_single_node_keeps():
-    """PLAIN needs only the node's own settings; SCRAM credentials and ACLs are a single node's files
-    so far, so a cluster node refuses them rather than enforce a set the other brokers lack."""
+def test_a_cluster_node_takes_sasl_plain_scram_and_the_authorizer():
+    """A cluster keeps SCRAM credentials and ACLs in its metadata log, so a cluster node takes them as
+    a single node does (it refused them while they were a single node's files)."""
     plain = {**CLUSTER_NODE, "sasl.enabled.mechanisms": "PLAIN", "plain.sasl.jaas.config": PLAIN_JAAS}
     [_, client] = node_security(plain).listeners
     assert client.sasl.mechanisms == ("PLAIN",)
-    with pytest.raises(ConfigError, match="cannot use SCRAM yet"):
-        node_security({**plain, "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512"})
-    with pytest.raises(ConfigError, match="cannot use the authorizer yet"):
-        node_security({**plain, "authorizer.class.name": "standard"})
+    both = node_security({**plain, "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512"})
+    assert both.listeners[1].sasl.mechanisms == ("PLAIN", "SCRAM-SHA-512")
+    assert node_security({**plain, "authorizer.class.name": "standard"}).authorizer is not None
 
 
 def test_tls_listener_needs_a_truststore_for_client_auth(tmp_path):

@@ -104,5 +104,10 @@ class SharedQuorumView:
         voters = tuple(ReplicaState(v.node_id, end, now_ms(), now_ms()) for v in self.log.views)
         return QuorumDescription(self.log.leader_id, self.log.epoch, end, voters)
 
+    def last_leader_contact(self):
+        # A shared log has no network between its nodes: every node always hears its leader, so
+        # there is no last word to date a dead leader's session from.
+        return None
+
     def served_apis(self) -> dict:
         return {}

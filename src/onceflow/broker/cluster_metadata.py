@@ -8,7 +8,9 @@ node fetches as an observer): every committed batch is replayed into a new immut
 - partitions of other brokers are known by their leader and leader epoch, so that a request for one
   is answered NOT_LEADER_OR_FOLLOWER, and Metadata names the real leader;
 - a deleted topic's logs are deleted, and the group coordinator forgets its committed offsets;
-- a changed topic config reaches the open logs at once.
+- a changed topic config reaches the open logs at once;
+- changed ACLs reach the authorizer, changed SCRAM credentials the SASL logins (a cluster broker's
+  security state is the image's: :class:`ImageAclStore`, :class:`ImageScramStore`).
 
 Handlers read :attr:`image` (Metadata, DescribeCluster, FindCoordinator) and the ``TopicManager``
 (Produce, Fetch, ListOffsets); both follow the same replay.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -51,6 +54,9 @@ class ClusterMetadata:
         self.on_partitions_deleted = on_partitions_deleted
         # Called with the image's client quotas whenever they change (a cluster broker's quotas).
         self.on_quotas: Callable[[Any], None] | None = None
+        # Called with the image's ACLs (id -> binding) / SCRAM credentials whenever they change.
+        self.on_acls: Callable[[Any], None] | None = None
+        self.on_scram_credentials: Callable[[Any], None] | None = None
         # Called with each image once the logs follow it (the replica manager acts on it then).
         self.on_image: Callable[[MetadataImage], None] | None = None
         # Whether the logs follow the image yet (the broker opens them once it has caught up).
@@ -128,11 +134,17 @@ class ClusterMetadata:
     def start_publishing(self) -> None:
         """Open the logs of everything the image has so far; from now on every change reaches them."""
         self._publishing = True
+        started = time.monotonic()
         self._publish(MetadataImage.EMPTY, self.image, existing=True)
+        self.topics.log_loaded(started)
 
     def _publish(self, before: MetadataImage, after: MetadataImage, existing: bool = False) -> None:
         if self.on_quotas is not None and before.client_quotas is not after.client_quotas:
             self.on_quotas(after.client_quotas)
+        if self.on_acls is not None and before.acls is not after.acls:
+            self.on_acls(after.acls)
+        if self.on_scram_credentials is not None and before.scram_credentials is not after.scram_credentials:
+            self.on_scram_credentials(after.scram_credentials)
         deleted = [t for topic_id, t in before.topics.items() if topic_id not in after.topics]
         for topic in deleted:
             dropped = self.topics.drop_topic(topic.name)
@@ -188,3 +200,31 @@ class ImageQuotaStore:
 
     def save(self, quotas) -> None:
         raise OSError("a cluster broker's client quotas change through the controller")
+
+
+class ImageAclStore:
+    """The ACL store of a cluster broker: the image's ACLs (CreateAcls / DeleteAcls go to the
+    controller), never saved by the broker itself."""
+
+    def __init__(self, metadata: ClusterMetadata) -> None:
+        self.metadata = metadata
+
+    def load(self) -> list:
+        return list(self.metadata.image.acls.values())
+
+    def save(self, acls) -> None:
+        raise OSError("a cluster broker's ACLs change through the controller")
+
+
+class ImageScramStore:
+    """The SCRAM credential store of a cluster broker: the image's (AlterUserScramCredentials goes to
+    the controller), never saved by the broker itself."""
+
+    def __init__(self, metadata: ClusterMetadata) -> None:
+        self.metadata = metadata
+
+    def load(self) -> dict:
+        return dict(self.metadata.image.scram_credentials)
+
+    def save(self, credentials) -> None:
+        raise OSError("a cluster broker's SCRAM credentials change through the controller")

@@ -59,9 +59,12 @@ class BrokerServices:
     # replicated (a broker run without a node, in tests and tools).
     replication: ReplicationService | None = None
     # broker/security: the ACL authorizer (None: none configured, everything is allowed, as in Kafka)
-    # and the SCRAM credentials (None: a cluster broker, where they are not kept yet).
+    # and the SCRAM credentials (None only in tools and tests that build services by hand).
     authorizer: StandardAuthorizer | None = None
     scram: ScramCredentials | None = None
+    # A cluster broker: ACLs and SCRAM credentials are the metadata image's, changed through the
+    # controller (CreateAcls, DeleteAcls and AlterUserScramCredentials are forwarded).
+    security_from_metadata: bool = False
     # The broker's metrics counters, only when it serves metrics (metrics.port): Produce and Fetch count.
     metrics: BrokerMetrics | None = None
 

@@ -52,10 +52,10 @@ from onceflow.broker.producer_expiry import run_producer_expiry
 from onceflow.broker.quotas.manager import ClientQuotas
 from onceflow.broker.quotas.store import FileQuotaStore
 from onceflow.broker.quotas.throttling import answer_within_quotas
-from onceflow.broker.security.acl_store import FileAclStore
+from onceflow.broker.security.acl_store import AclStore, FileAclStore
 from onceflow.broker.security.authorizer import StandardAuthorizer
 from onceflow.broker.security.config import ListenerSecurity, security_config
-from onceflow.broker.security.credentials import FileScramStore, ScramCredentials
+from onceflow.broker.security.credentials import FileScramStore, ScramCredentials, ScramStore
 from onceflow.broker.security.principal import ANONYMOUS, user
 from onceflow.broker.security.principal import distinguished_name as _distinguished_name
 from onceflow.broker.security.sasl_authenticator import SaslAuthenticator
@@ -115,10 +115,12 @@ class Broker:
         self.coordinator_failover: CoordinatorFailover | None = None
         # A cluster broker's client quotas come from the metadata image (set by the node).
         self.quota_store: QuotaStore | None = None
-        # SCRAM credentials in <data-dir>/scram-credentials.json: a single node's. A cluster broker
-        # has none (they are not in the cluster metadata yet; the node refuses SCRAM and the
-        # authorizer there), so no broker of a cluster keeps a set the others lack.
+        # ACLs and SCRAM credentials: a single node's in its data dir (acls.json,
+        # scram-credentials.json); a cluster broker keeps none of its own (keeps_credentials false):
+        # its stores are the metadata image's (set by the node).
         self.keeps_credentials = True
+        self.acl_store: AclStore | None = None
+        self.scram_store: ScramStore | None = None
         self.faults = Faults(config.faults)
         self.topics = TopicManager(
             config.data_dir,
@@ -220,10 +222,13 @@ class Broker:
             cluster_id=self.topics.cluster_id,
             advertised_host=host,
             advertised_port=port,
-            authorizer=StandardAuthorizer(authorizer_settings, FileAclStore(self.config.data_dir))
+            authorizer=StandardAuthorizer(
+                authorizer_settings, self.acl_store or FileAclStore(self.config.data_dir)
+            )
             if authorizer_settings is not None
             else None,
-            scram=ScramCredentials(FileScramStore(self.config.data_dir)) if self.keeps_credentials else None,
+            scram=self._scram_credentials(),
+            security_from_metadata=self.acl_store is not None,
             fetch_sessions=FetchSessionCache(
                 self.config.max_incremental_fetch_session_cache_slots,
                 self.config.min_incremental_fetch_session_eviction_ms,
@@ -341,6 +346,14 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             self.topics.flush_due()
+
+    def _scram_credentials(self) -> ScramCredentials | None:
+        """The image's on a cluster broker, the data dir's on a single node (None: neither was given)."""
+        if self.scram_store is not None:
+            return ScramCredentials(self.scram_store)
+        if self.keeps_credentials:
+            return ScramCredentials(FileScramStore(self.config.data_dir))
+        return None
 
     def _new_connection(self, listener: ListenerSecurity) -> ClientProtocol:
         session = Session(listener=listener.name, security_protocol=listener.protocol)

@@ -24,6 +24,7 @@ import logging
 import re
 import resource
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -263,6 +264,7 @@ class TopicManager:
     # -- loading and persistence -------------------------------------------------------------------
 
     def load(self) -> None:
+        started = time.monotonic()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = self._load_or_create_meta()
         path = self.data_dir / TOPICS_FILE
@@ -292,7 +294,7 @@ class TopicManager:
         if upgraded:
             self._persist()
             log.info("internal topics %s are compacted from now on (cleanup.policy=compact)", upgraded)
-        log.info("loaded %d topics from %s", len(self._topics), path)
+        self.log_loaded(started, f"{len(self._topics)} topics from {path}")
 
     def _load_or_create_meta(self, cluster_id: str | None = None) -> str:
         path = self.data_dir / META_FILE
@@ -384,6 +386,21 @@ class TopicManager:
         if t is None or not 0 <= index < len(t.partitions) or t.partitions[index].log is None:
             raise UnknownTopicOrPartition(f"this broker holds no replica of {topic}-{index}")
         return t.partitions[index]
+
+    def log_loaded(self, started: float, what: str = "") -> None:
+        """One INFO line for the partitions opened at start (each one's own line is DEBUG): how many,
+        in how long (``started``: ``time.monotonic()`` before), and which were recovered after an
+        unclean shutdown."""
+        logs = [partition.log for partition in self.partitions()]
+        recovered = sorted(opened.directory.name for opened in logs if opened.recovered_unclean)
+        shown = ", ".join(recovered[:5]) + (f" and {len(recovered) - 5} more" if len(recovered) > 5 else "")
+        log.info(
+            "loaded %d partition(s)%s in %.2f s%s",
+            len(logs),
+            f" ({what})" if what else "",
+            time.monotonic() - started,
+            f"; {len(recovered)} recovered after an unclean shutdown: {shown}" if recovered else "",
+        )
 
     def partitions(self) -> Iterator[Partition]:
         """Every partition this broker holds a log of."""
@@ -634,7 +651,7 @@ class TopicManager:
             raise KafkaStorageError(
                 f"cannot create partition {topic.name}-{index}: {exc.strerror or exc}"
             ) from exc
-        log.info("opened partition %s-%d", topic.name, index)
+        log.debug("opened partition %s-%d", topic.name, index)
         return opened
 
     def _reconfigure(self, topic: Topic) -> None:

@@ -17,6 +17,16 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 PIPED_WIDTH = 200  # columns of a table written to a pipe or a file
 
 
+class BadValue(click.BadParameter):
+    """A value onceflow refuses in a well-formed command line (an unknown ``--config`` setting, a number
+    that is not one, an unreadable file): click's ``BadParameter`` (exit code 2, ``Error: Invalid value
+    for ...``) shown as that one line only, without click's usage lines, which belong to real usage
+    errors (an unknown option, a missing argument) and only push the line that matters out of sight."""
+
+    def show(self, file=None) -> None:
+        click.echo(f"Error: {self.format_message()}", file=file, err=file is None)
+
+
 def __getattr__(name: str):
     # ``out`` and ``err`` (rich consoles) are made on first use: ``onceflow serve`` never needs rich,
     # and importing it would slow every broker start.
@@ -45,14 +55,14 @@ def _read_command_config(ctx: click.Context, _param: click.Parameter, path: str 
     try:
         settings = read_properties(path)
     except OSError as exc:
-        raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}", param_hint="--command-config")
+        raise BadValue(f"cannot read {path}: {exc.strerror or exc}", param_hint="--command-config")
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--command-config")
+        raise BadValue(str(exc), param_hint="--command-config")
     chosen = {k: v for k, v in settings.items() if is_security_setting(k)}
     try:
         ClientSecurity.from_config(chosen)  # refuse a bad file before connecting
     except InvalidConfig as exc:
-        raise click.BadParameter(f"{path}: {exc}", param_hint="--command-config")
+        raise BadValue(f"{path}: {exc}", param_hint="--command-config")
     ctx.meta[_SECURITY] = chosen
 
 
@@ -126,7 +136,7 @@ def parse_key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=what)
+            raise BadValue(f"{pair!r} is not KEY=VALUE", param_hint=what)
         result[key.strip()] = value.strip()
     return result
 

@@ -43,6 +43,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from onceflow.cli.children import die_with_parent
 from onceflow.cli.common import err, friendly_errors, out
 
 INPUT_TOPIC = "flights"
@@ -97,6 +98,7 @@ class BrokerChild:
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(),  # a quickstart killed from outside leaves no broker
             )
         self._wait_listening()
 
@@ -270,6 +272,7 @@ def _run_driver(run: QuickstartRun, task, *, fault: str | None, on_batch: Callab
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,  # its own process group: the fault point kills all of it
+            preexec_fn=die_with_parent(signal.SIGKILL),  # its JVM ends when its stdin closes
         )
     deadline = time.monotonic() + DRIVER_TIMEOUT_S
     try:

@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from onceflow.cli.children import die_with_parent
 from onceflow.cli.cluster import READY_LINE, cluster_layout, node_command
 
 NODES = 3
@@ -45,6 +46,7 @@ class ClusterChild:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=die_with_parent(),  # a quickstart killed from outside leaves no node
             )
 
     def _wait_ready(self, ids: list[int]) -> None:

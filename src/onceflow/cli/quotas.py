@@ -18,7 +18,7 @@ import asyncio
 import click
 from rich.table import Table
 
-from onceflow.cli.common import bootstrap_option, client_security, friendly_errors, out
+from onceflow.cli.common import BadValue, bootstrap_option, client_security, friendly_errors, out
 
 _ENTITY_TYPES = {"clients": "client-id", "users": "user"}
 
@@ -47,9 +47,7 @@ def _check_key(key: str) -> None:
 
     close = difflib.get_close_matches(key, QUOTA_KEYS, n=1, cutoff=0.8)
     if key not in QUOTA_KEYS and close:
-        raise click.BadParameter(
-            f"unknown quota {key!r}; did you mean {close[0]!r}?", param_hint="--add-config"
-        )
+        raise BadValue(f"unknown quota {key!r}; did you mean {close[0]!r}?", param_hint="--add-config")
 
 
 def _parse_add_config(text: str | None) -> dict[str, float]:
@@ -63,7 +61,7 @@ def _parse_add_config(text: str | None) -> dict[str, float]:
         except ValueError:
             sep = ""
         if not sep or not key.strip():
-            raise click.BadParameter(f"{pair!r} is not KEY=NUMBER", param_hint="--add-config")
+            raise BadValue(f"{pair!r} is not KEY=NUMBER", param_hint="--add-config")
     return values
 
 

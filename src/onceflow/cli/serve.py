@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import sys
 from pathlib import Path
 
 import click
 
-from onceflow.cli.common import parse_key_values
+from onceflow.cli.common import BadValue, parse_key_values
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -36,19 +37,19 @@ def broker_config(host: str, port: int, data_dir: Path, faults: dict[str, str], 
         if field_name not in fields or field_name in reserved:
             if name in NO_EFFECT:
                 continue
-            raise click.BadParameter(_unknown_config(name, fields), param_hint="--config")
+            raise BadValue(_unknown_config(name, fields), param_hint="--config")
         default = getattr(BrokerConfig(), field_name)
         kwargs[field_name] = _convert(raw, type(default), name)
     try:
         kwargs["faults"] = {name: float(value) for name, value in faults.items()}
     except ValueError:
-        raise click.BadParameter(
+        raise BadValue(
             "fault probabilities must be numbers, e.g. drop-response-after-append=0.1", param_hint="--fault"
         )
     try:
         return BrokerConfig(**kwargs)
     except ValueError as exc:  # a value out of range, e.g. transaction.version=3
-        raise click.BadParameter(str(exc), param_hint="--config")
+        raise BadValue(str(exc), param_hint="--config")
 
 
 # Kafka broker settings that a Kafka server.properties (Kafka's own sample files among them) sets and
@@ -118,7 +119,7 @@ def _in_milliseconds(overrides: dict[str, str]) -> dict[str, str]:
             try:
                 value = int(raw)
             except ValueError:
-                raise click.BadParameter(f"{name} must be an integer, not {raw!r}", param_hint="--config")
+                raise BadValue(f"{name} must be an integer, not {raw!r}", param_hint="--config")
             result[ms_name] = str(value * unit_ms if value >= 0 else -1)
     return result
 
@@ -151,6 +152,25 @@ def _print_configs(ctx: click.Context) -> None:
     ctx.exit(0)
 
 
+def busy_listeners(listeners) -> list[str]:
+    """The listeners (fixed ports only) that cannot be bound now, each with the reason (another
+    process listens there, an address not of this host). Checked before the node writes anything,
+    so that a port in use is one line, not a data dir made and a broker started and stopped."""
+    busy = []
+    for listener in listeners:
+        if not listener.port:
+            continue
+        host = listener.host or "0.0.0.0"
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            # As the server's own listening socket: a port left in TIME_WAIT by a stopped broker is free.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, listener.port))
+            except OSError as exc:
+                busy.append(f"{listener}: {(exc.strerror or str(exc)).lower()}")
+    return busy
+
+
 def dev_overrides(overrides: dict[str, str]) -> dict[str, str]:
     """``--dev``: no initial rebalance delay, unless the user set one explicitly."""
     return {"group.initial.rebalance.delay.ms": "0", **overrides}
@@ -159,13 +179,13 @@ def dev_overrides(overrides: dict[str, str]) -> dict[str, str]:
 def _convert(raw: str, kind: type, name: str):
     if kind is bool:
         if raw.lower() not in ("true", "false"):
-            raise click.BadParameter(f"{name} must be true or false, not {raw!r}", param_hint="--config")
+            raise BadValue(f"{name} must be true or false, not {raw!r}", param_hint="--config")
         return raw.lower() == "true"
     try:
         return kind(raw)
     except ValueError:
         kind_name = {int: "an integer", float: "a number"}.get(kind, kind.__name__)
-        raise click.BadParameter(f"{name} must be {kind_name}, not {raw!r}", param_hint="--config")
+        raise BadValue(f"{name} must be {kind_name}, not {raw!r}", param_hint="--config")
 
 
 @click.command()
@@ -222,7 +242,7 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, metrics_port,
         try:
             properties.update(read_properties(config_file))
         except PropertiesError as exc:
-            raise click.BadParameter(str(exc), param_hint="--config-file")
+            raise BadValue(str(exc), param_hint="--config-file")
     properties.update(parse_key_values(configs, "--config"))
     if metrics_port is not None:
         properties["metrics.port"] = str(metrics_port)
@@ -230,7 +250,7 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, metrics_port,
         key = "log.dirs" if "log.dirs" in properties else "log.dir"
         dirs = [d for d in properties.pop(key).split(",") if d.strip()]
         if len(dirs) != 1:
-            raise click.BadParameter(
+            raise BadValue(
                 f"{key}: onceflow keeps one data dir per node, not {len(dirs)}", param_hint="--config"
             )
         properties.pop("log.dir", None)
@@ -239,7 +259,7 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, metrics_port,
     try:
         server = server_config(own, host=host, port=port)
     except ConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint="--config")
+        raise BadValue(str(exc), param_hint="--config")
     overrides = dev_overrides(rest) if dev else rest
     first = server.broker_listeners()[0] if server.is_broker else None
     config = broker_config(
@@ -249,13 +269,13 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, metrics_port,
         parse_key_values(faults, "--fault"),
         {**overrides, "node.id": str(server.node_id)},
     )
-    if server.is_broker:
-        from onceflow.server.security import broker_security
+    from onceflow.server.security import node_security
 
-        try:
-            broker_security(server, config.security)  # TLS files, SASL users, what a cluster refuses
-        except ConfigError as exc:
-            raise click.BadParameter(str(exc), param_hint="--config")
+    try:
+        # TLS files, SASL users, the identity this node connects to others with, what a cluster refuses
+        node_security(server, config.security)
+    except ConfigError as exc:
+        raise BadValue(str(exc), param_hint="--config")
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT, stream=sys.stderr
     )
@@ -264,6 +284,9 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, metrics_port,
         logging.getLogger("onceflow.cli.serve").info(
             "accepted with no effect on onceflow: %s", ", ".join(f"{n} ({NO_EFFECT[n]})" for n in ignored)
         )
+    busy = busy_listeners(server.listeners)
+    if busy:
+        raise click.ClickException(f"cannot serve on {'; '.join(busy)}")
     from onceflow.broker.data_dir_lock import DataDirError
     from onceflow.broker.metrics import MetricsEndpointError
     from onceflow.server.broker_lifecycle import RegistrationRefused
@@ -275,7 +298,7 @@ def serve(host, port, data_dir, faults, configs, config_file, dev, metrics_port,
     except (DataDirError, MetricsEndpointError, QuorumUnavailable, RegistrationRefused) as exc:
         raise click.ClickException(str(exc))
     except ValueError as exc:  # e.g. an unknown fault point name
-        raise click.BadParameter(str(exc), param_hint="--fault/--config")
+        raise BadValue(str(exc), param_hint="--fault/--config")
     except OSError as exc:
         where = ", ".join(str(lst) for lst in server.listeners if lst.port)
         raise click.ClickException(f"cannot serve on {where or 'its listeners'}: {exc.strerror or exc}")

@@ -11,7 +11,9 @@ Without ``--password`` (or a password in ``--add-config``) it is asked for, unec
 
 ``--data-dir DIR`` instead of ``--bootstrap-server`` writes the credential store of a stopped broker
 (as ``kafka-storage format --add-scram``): how the first administrator gets a credential on a broker
-that only accepts SASL clients.
+that only accepts SASL clients. A cluster node reads that store once, at the cluster's first start
+(its controller writes the credentials into the metadata log), so on a cluster it is for the data
+dirs of nodes that have never run.
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ def _run(bootstrap: str, work):
 data_dir_option = click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Change a stopped broker's data dir directly instead of asking a broker.",
+    help="Change a stopped broker's data dir directly instead of asking a broker "
+    "(a cluster node's: only before the cluster's first start).",
 )
 
 

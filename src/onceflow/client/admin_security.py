@@ -55,6 +55,33 @@ class AclFilter:
     permission: PermissionType = PermissionType.ANY
 
 
+def _filter_fields(f: AclFilter) -> dict:
+    """An ACL filter as DescribeAcls and DeleteAcls carry it (the same fields in both)."""
+    return {
+        "resource_type_filter": int(f.resource_type),
+        "resource_name_filter": f.name,
+        "pattern_type_filter": int(f.pattern_type),
+        "principal_filter": f.principal,
+        "host_filter": f.host,
+        "operation": int(f.operation),
+        "permission_type": int(f.permission),
+    }
+
+
+def _binding(resource_type: int, name: str, pattern_type: int, acl) -> AclBinding:
+    """An ACL of a DescribeAcls resource or a DeleteAcls match (``acl``: principal, host,
+    operation, permission_type)."""
+    return AclBinding(
+        ResourceType(resource_type),
+        name,
+        PatternType(pattern_type),
+        acl.principal,
+        acl.host,
+        AclOperation(acl.operation),
+        PermissionType(acl.permission_type),
+    )
+
+
 def _check(code: int, what: str, message: str | None = None) -> None:
     if code != ErrorCode.NONE:
         error = ErrorCode(code)
@@ -89,27 +116,10 @@ class SecurityAdmin:
     async def describe_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
         """The ACLs matching ``acl_filter`` (all by default)."""
         f = acl_filter or AclFilter()
-        request = DescribeAclsRequest(
-            resource_type_filter=int(f.resource_type),
-            resource_name_filter=f.name,
-            pattern_type_filter=int(f.pattern_type),
-            principal_filter=f.principal,
-            host_filter=f.host,
-            operation=int(f.operation),
-            permission_type=int(f.permission),
-        )
-        response = await (await self._any()).send(request)
+        response = await (await self._any()).send(DescribeAclsRequest(**_filter_fields(f)))
         _check(response.error_code, "describe ACLs", response.error_message)
         return sorted(
-            AclBinding(
-                ResourceType(res.resource_type),
-                res.resource_name,
-                PatternType(res.pattern_type),
-                a.principal,
-                a.host,
-                AclOperation(a.operation),
-                PermissionType(a.permission_type),
-            )
+            _binding(res.resource_type, res.resource_name, res.pattern_type, a)
             for res in response.resources
             for a in res.acls
         )
@@ -117,33 +127,13 @@ class SecurityAdmin:
     async def delete_acls(self, filters: Iterable[AclFilter]) -> list[AclBinding]:
         """Remove the ACLs each filter matches; returns what was removed."""
         r = DeleteAclsRequest
-        wire = [
-            r.DeleteAclsFilter(
-                resource_type_filter=int(f.resource_type),
-                resource_name_filter=f.name,
-                pattern_type_filter=int(f.pattern_type),
-                principal_filter=f.principal,
-                host_filter=f.host,
-                operation=int(f.operation),
-                permission_type=int(f.permission),
-            )
-            for f in filters
-        ]
+        wire = [r.DeleteAclsFilter(**_filter_fields(f)) for f in filters]
         response = await (await self._any()).send(r(filters=wire))
         removed = []
         for result in response.filter_results:
             _check(result.error_code, "delete ACLs", result.error_message)
             removed += [
-                AclBinding(
-                    ResourceType(m.resource_type),
-                    m.resource_name,
-                    PatternType(m.pattern_type),
-                    m.principal,
-                    m.host,
-                    AclOperation(m.operation),
-                    PermissionType(m.permission_type),
-                )
-                for m in result.matching_acls
+                _binding(m.resource_type, m.resource_name, m.pattern_type, m) for m in result.matching_acls
             ]
         return sorted(removed)
 

@@ -90,6 +90,7 @@ class Connection:
         self._security: ClientSecurity | None = None
         self._reauthentication: asyncio.TimerHandle | None = None
         self._reauthenticating: asyncio.Task | None = None
+        self._detached = False  # the socket was handed over (detach): the read loop leaves it open
 
     @classmethod
     async def open(
@@ -381,6 +382,8 @@ class Connection:
                 exc if not isinstance(exc, asyncio.IncompleteReadError) else EOFError("closed by broker")
             )
         except asyncio.CancelledError:
+            if self._detached:
+                raise  # the socket is handed over (detach): keep it open
             self._mark_closed(EOFError("connection closed"))
             self._writer.close()  # close() does this too; a cancel from elsewhere must not keep the socket
             raise
@@ -410,6 +413,22 @@ class Connection:
     @property
     def closed(self) -> bool:
         return self._closed_error is not None
+
+    async def detach(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Hand the open socket, versions negotiated and authenticated, to a caller that frames its
+        own requests from now on (the Raft quorum's peer connections); this object is closed to
+        further use. Only between requests: nothing may be in flight (no answer is on its way)."""
+        if self._pending:
+            raise RuntimeError(f"cannot detach from {self.host}:{self.port} with requests in flight")
+        self._check_open()
+        self._detached = True
+        self._read_task.cancel()
+        try:
+            await self._read_task
+        except asyncio.CancelledError:
+            pass
+        self._mark_closed(EOFError("handed over"))
+        return self._reader, self._writer
 
     async def close(self) -> None:
         """Fail what waits, send what is written (e.g. an acks=0 Produce) and close the socket."""

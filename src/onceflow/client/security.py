@@ -19,6 +19,7 @@ so a broker that does not know the password cannot pass). A session lifetime in 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import ssl
 from collections.abc import Mapping
@@ -169,20 +170,38 @@ class ClientSecurity:
         return context
 
 
-_FIELDS = (
-    "sasl_mechanism",
-    "sasl_username",
-    "sasl_password",
-    "ssl_ca_location",
-    "ssl_certificate_location",
-    "ssl_key_location",
-    "ssl_key_password",
+# The optional settings (None when not given), in ClientSecurity's field order.
+_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(ClientSecurity)
+    if f.name not in ("protocol", "ssl_endpoint_identification_algorithm")
 )
 
 
+def with_security_fields(cls: type) -> type:
+    """Class decorator, placed under ``@dataclass``: gives a producer or consumer config the fields of
+    :class:`ClientSecurity` under the settings' own snake-case names (``security_protocol``,
+    ``sasl_mechanism``, ``ssl_ca_location``...), with its defaults, at the end of the class's fields.
+    The TLS/SASL settings are so declared once (``ClientSecurity``) and checked once
+    (:func:`client_security`), and every client config takes the same ones."""
+    annotations = cls.__dict__.get("__annotations__")
+    if annotations is None:
+        annotations = {}
+        cls.__annotations__ = annotations
+    for security_field in dataclasses.fields(ClientSecurity):
+        name = _config_field_name(security_field.name)
+        annotations[name] = security_field.type
+        setattr(cls, name, field(default=security_field.default, repr=security_field.repr))
+    return cls
+
+
+def _config_field_name(security_field: str) -> str:
+    return "security_protocol" if security_field == "protocol" else security_field
+
+
 def client_security(config: Any) -> ClientSecurity | None:
-    """The ``ClientSecurity`` of a producer or consumer config (fields named as the settings), or None
-    when it connects in plain text."""
+    """The ``ClientSecurity`` of a config made with :func:`with_security_fields`, or None when it
+    connects in plain text; raises ``InvalidConfig`` for a bad setting."""
     protocol = str(config.security_protocol or "PLAINTEXT")
     values = {name: getattr(config, name) for name in _FIELDS if getattr(config, name) is not None}
     if protocol.strip().upper() == "PLAINTEXT" and not values:

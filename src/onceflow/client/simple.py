@@ -143,6 +143,12 @@ class SimpleClient:
         info = await self._topic_info(name)
         return info, await self._client.describe_topic_configs(name)
 
+    def topic_info(self, name: str, *, auto_create: bool = False) -> TopicInfo:
+        """The topic's partitions and leaders; ``auto_create``: ask the broker to create it (if it
+        allows auto-creation), as a producer does. Raises UnknownTopicOrPartition."""
+        check_str(name, "topic")
+        return self._run(self._topic_info(name, auto_create=auto_create))
+
     async def _topic_info(self, name: str, *, auto_create: bool = False) -> TopicInfo:
         for attempt in range(METADATA_ATTEMPTS):
             info = (await self._client.metadata([name], auto_create=auto_create)).topics.get(name)

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from onceflow.controller import brokers, configs, elections, producer_ids, quotas, topics
+from onceflow.controller import acls, brokers, configs, elections, producer_ids, quotas, scram, topics
 from onceflow.controller.brokers import BrokerState
 from onceflow.controller.config import ControllerConfig, ControllerResult
 from onceflow.controller.sessions import BrokerSessions
@@ -354,6 +354,23 @@ class QuorumController:
                 ),
                 now_ms,
             )
+        return self._write(records, response, now_ms)
+
+    # ------------------------------------------------------------ ACLs and SCRAM credentials
+
+    def create_acls(self, request, now_ms: int) -> ControllerResult:
+        self._check_active()
+        records, response = acls.create_acls(self._image, request, self.rng)
+        return self._write(records, response, now_ms)
+
+    def delete_acls(self, request, now_ms: int) -> ControllerResult:
+        self._check_active()
+        records, response = acls.delete_acls(self._image, request)
+        return self._write(records, response, now_ms)
+
+    def alter_user_scram_credentials(self, request, now_ms: int) -> ControllerResult:
+        self._check_active()
+        records, response = scram.alter_user_scram_credentials(self._image, request)
         return self._write(records, response, now_ms)
 
     # ------------------------------------------------------------ leaders and ISRs

@@ -57,8 +57,8 @@ def load_log(
     clock_ms: Callable[[], int],
     producer_id_expiration_ms: int,
 ) -> Log:
-    """Create or recover the partition directory and return its log (see the module docstring)."""
-    new = not directory.exists()
+    """Create or recover the partition directory and return its log (see the module docstring). One
+    DEBUG line says what was found (a broker logs one summary for all its partitions)."""
     directory.mkdir(parents=True, exist_ok=True)
     marker = directory / CLEAN_SHUTDOWN_FILE
     clean = marker.exists()
@@ -66,6 +66,9 @@ def load_log(
         marker.unlink()
     finish_swaps(directory)  # a crash in the middle of installing a cleaned segment
     bases = segment_bases(directory)
+    # Only a log that was there without its marker stopped uncleanly: a new (or empty) directory has
+    # nothing to recover.
+    existed = bool(bases)
     remove_leftovers(directory, set(bases))
     now = clock_ms()
     segments: list[LogSegment] = []
@@ -95,10 +98,11 @@ def load_log(
             for segment in segments:
                 segment.close()
         raise
-    if new:
+    if not existed:
         log.debug("created log %s", directory)  # a new partition: nothing to recover or report
         return result
-    log.info(
+    result.recovered_unclean = not clean
+    log.debug(
         "opened log %s (%s shutdown): offsets [%d, %d), %d segment(s), %d producer(s), "
         "%d producer batch(es) replayed",
         directory,

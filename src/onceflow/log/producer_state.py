@@ -221,7 +221,7 @@ class ProducerStateManager:
             for pid, first_offset in rows.open_transactions:
                 self._ongoing_txns[first_offset] = TxnMetadata(pid, first_offset)
             self._map_end_offset = snapshot.offset
-            log.info(
+            log.debug(
                 "loaded %d producer(s) of %s from snapshot %s",
                 len(rows),
                 self.topic_partition,

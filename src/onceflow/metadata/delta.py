@@ -17,12 +17,14 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
+from onceflow.metadata.acls import AclBinding
 from onceflow.metadata.image import (
     BrokerRegistration,
     MetadataImage,
     PartitionRegistration,
     QuotaEntity,
     ReplayError,
+    ScramKey,
     TopicImage,
     frozen,
 )
@@ -32,6 +34,7 @@ from onceflow.metadata.records import (
     NO_CHANGE,
     RESOURCE_TOPIC,
     UNFENCE,
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ClientQuotaRecord,
     ConfigRecord,
@@ -42,11 +45,15 @@ from onceflow.metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
+from onceflow.metadata.scram import MECHANISMS_BY_ID, ScramCredential
 
 
 def quota_entity(record: ClientQuotaRecord) -> QuotaEntity:
@@ -70,6 +77,8 @@ class MetadataDelta:
         self._quotas: dict | None = None
         self._quota_copied: set = set()
         self._next_producer_id = image.next_producer_id
+        self._acls: dict[uuid.UUID, AclBinding] | None = None
+        self._scram: dict[ScramKey, ScramCredential] | None = None
         self._handlers = {
             RegisterBrokerRecord: self._register_broker,
             UnregisterBrokerRecord: self._unregister_broker,
@@ -84,6 +93,10 @@ class MetadataDelta:
             FeatureLevelRecord: self._feature,
             ClientQuotaRecord: self._quota,
             ProducerIdsRecord: self._producer_ids,
+            AccessControlEntryRecord: self._acl,
+            RemoveAccessControlEntryRecord: self._remove_acl,
+            UserScramCredentialRecord: self._scram_credential,
+            RemoveUserScramCredentialRecord: self._remove_scram_credential,
             NoOpRecord: lambda record: None,
         }
 
@@ -245,6 +258,45 @@ class MetadataDelta:
             )
         self._next_producer_id = record.next_producer_id
 
+    def _acls_w(self) -> dict[uuid.UUID, AclBinding]:
+        if self._acls is None:
+            self._acls = dict(self.image.acls)
+        return self._acls
+
+    def _acl(self, record: AccessControlEntryRecord) -> None:
+        self._acls_w()[record.id] = AclBinding.from_wire(
+            record.resource_type,
+            record.resource_name,
+            record.pattern_type,
+            record.principal,
+            record.host,
+            record.operation,
+            record.permission_type,
+        )
+
+    def _remove_acl(self, record: RemoveAccessControlEntryRecord) -> None:
+        if self._acls_w().pop(record.id, None) is None:
+            raise ReplayError(f"RemoveAccessControlEntryRecord for unknown ACL id {record.id}")
+
+    def _scram_key(self, record: Any) -> ScramKey:
+        mechanism = MECHANISMS_BY_ID.get(record.mechanism)
+        if mechanism is None:
+            raise ReplayError(f"{type(record).__name__} has unknown SCRAM mechanism {record.mechanism}")
+        if self._scram is None:
+            self._scram = dict(self.image.scram_credentials)
+        return record.name, mechanism
+
+    def _scram_credential(self, record: UserScramCredentialRecord) -> None:
+        key = self._scram_key(record)
+        self._scram[key] = ScramCredential(
+            bytes(record.salt), bytes(record.stored_key), bytes(record.server_key), record.iterations
+        )
+
+    def _remove_scram_credential(self, record: RemoveUserScramCredentialRecord) -> None:
+        key = self._scram_key(record)
+        if self._scram.pop(key, None) is None:
+            raise ReplayError(f"RemoveUserScramCredentialRecord for {key[0]} ({key[1]}), which has none")
+
     # ------------------------------------------------------------ the new image
 
     def apply(self) -> MetadataImage:
@@ -268,6 +320,10 @@ class MetadataDelta:
             changes["client_quotas"] = _freeze_nested(self._quotas, self._quota_copied)
         if self._next_producer_id != image.next_producer_id:
             changes["next_producer_id"] = self._next_producer_id
+        if self._acls is not None:
+            changes["acls"] = frozen(self._acls)
+        if self._scram is not None:
+            changes["scram_credentials"] = frozen(self._scram)
         if not changes:
             return image
         return replace(image, _cache={}, **changes)

@@ -5,8 +5,8 @@ An image is immutable: replaying records (:meth:`MetadataImage.apply`, or a batc
 with the old one, so a controller can keep its committed image beside the newer uncommitted one and
 a broker can compare the image before and after a batch to see what changed for it
 (:func:`onceflow.metadata.delta.local_changes`). Its parts mirror Kafka's ``MetadataImage``:
-features, cluster (broker registrations), topics and their partitions, configs, client quotas and
-the producer-id allocator.
+features, cluster (broker registrations), topics and their partitions, configs, client quotas, the
+producer-id allocator, ACLs (by their ids) and users' SCRAM credentials.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from onceflow.metadata.acls import AclBinding
 from onceflow.metadata.records import (
     NO_LEADER,
     NO_LEADER_CHANGE,
@@ -28,6 +29,7 @@ from onceflow.metadata.records import (
     PartitionRecord,
     RegisterBrokerRecord,
 )
+from onceflow.metadata.scram import ScramCredential
 
 METADATA_VERSION = "metadata.version"
 # Kafka's MetadataVersion feature levels we know by name: 3.6-IV2 is the level onceflow bootstraps
@@ -197,6 +199,8 @@ class TopicImage:
 QuotaEntity = tuple[tuple[str, str | None], ...]
 # A config resource: (Kafka's ConfigResource type id, name); the cluster-wide broker default is (4, "").
 ConfigResource = tuple[int, str]
+# A SCRAM credential's key: (user, mechanism name such as "SCRAM-SHA-256").
+ScramKey = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +214,9 @@ class MetadataImage:
     configs: Mapping[ConfigResource, Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
     next_producer_id: int = 0
+    # ACL bindings by their ids (AccessControlEntryRecord); a binding is there at most once.
+    acls: Mapping[uuid.UUID, AclBinding] = field(default_factory=lambda: _EMPTY)
+    scram_credentials: Mapping[ScramKey, ScramCredential] = field(default_factory=lambda: _EMPTY)
     # Not part of equality: a cache of (listener, unfenced brokers) lists for Metadata responses.
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -326,6 +333,15 @@ class MetadataImage:
 
     def quotas(self, entity: QuotaEntity) -> Mapping[str, float]:
         return self.client_quotas.get(entity, _EMPTY)
+
+    # ------------------------------------------------------------ security
+
+    def acl_id(self, binding: AclBinding) -> uuid.UUID | None:
+        """The id of ``binding`` if the image has it."""
+        ids = self._cache.get("acl_ids")
+        if ids is None:
+            ids = self._cache["acl_ids"] = {acl: acl_id for acl_id, acl in self.acls.items()}
+        return ids.get(binding)
 
 
 MetadataImage.EMPTY = MetadataImage()

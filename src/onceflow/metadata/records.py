@@ -13,9 +13,8 @@ Kafka defines is read, so a Kafka 3.7+ log decodes too (its directory and ELR fi
 record and ignored by the image).
 
 The ACL and SCRAM records (AccessControlEntryRecord 18, RemoveAccessControlEntryRecord 19,
-UserScramCredentialRecord 11, RemoveUserScramCredentialRecord 22) are defined for the security
-stores' move into the log (today they persist in the data dir, see ``broker/security``); the image
-does not replay them yet. Not here: the delegation-token records (DelegationTokenRecord 10,
+UserScramCredentialRecord 11, RemoveUserScramCredentialRecord 22) are a cluster's ACLs and users'
+credentials (a single node keeps its own in its data dir, see ``broker/security``). Not here: the delegation-token records (DelegationTokenRecord 10,
 RemoveDelegationTokenRecord 26), metadata transactions (BeginTransactionRecord 23 ...) and
 RegisterControllerRecord 27 (KIP-919).
 """

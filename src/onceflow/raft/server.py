@@ -16,7 +16,7 @@ import logging
 import random
 import struct
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from onceflow.protocol import apis
@@ -34,6 +34,8 @@ _SIZE = struct.Struct(">i")
 # The largest frame accepted: a Fetch answer of the largest batch, and room around it.
 MAX_FRAME_BYTES = MAX_FETCH_SIZE_BYTES + 1024 * 1024
 CONNECT_TIMEOUT_S = 5.0
+# (host, port) -> an open stream to another node's controller listener, ready for the quorum's requests.
+Connect = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 
 
 def wall_clock_ms() -> int:
@@ -60,6 +62,14 @@ class _Peer:
         self._queue: list[tuple[int, Any]] = []
         self._pending: dict[int, tuple[int, int]] = {}  # correlation id -> (api key, version)
         self._reader_task: asyncio.Task | None = None
+        self._last_refusal: str | None = None
+
+    def _refused(self, reason: str) -> None:
+        """A connection the other node refused (authentication, TLS): said once per distinct reason,
+        not at every retry."""
+        if reason != self._last_refusal:
+            log.warning("node %d cannot connect to node %d: %s", self.server.node_id, self.node_id, reason)
+            self._last_refusal = reason
 
     def send(self, correlation_id: int, body) -> None:
         self._queue.append((correlation_id, body))
@@ -71,7 +81,7 @@ class _Peer:
     async def _connect(self) -> None:
         host, port = self.address
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+            reader, writer = await asyncio.wait_for(self.server.connect(host, port), CONNECT_TIMEOUT_S)
         except (TimeoutError, OSError) as exc:
             log.debug(
                 "node %d cannot reach node %d at %s:%d: %s",
@@ -84,6 +94,12 @@ class _Peer:
             self._connecting = None
             self._fail_all()
             return
+        except Exception as exc:  # the connector's own refusal: TLS or SASL failed
+            self._refused(str(exc))
+            self._connecting = None
+            self._fail_all()
+            return
+        self._last_refusal = None
         self._writer = writer
         self._connecting = None
         self._reader_task = asyncio.get_running_loop().create_task(self._read(reader, writer))
@@ -146,7 +162,9 @@ class _Peer:
 class RaftServer:
     """One quorum node on the network. ``voters`` is ``controller.quorum.voters`` parsed
     (``{id: (host, port)}``); a node not among them is an observer. ``listen`` is the controller
-    listener's address (a voter's own entry by default)."""
+    listener's address (a voter's own entry by default). ``connect(host, port)`` opens the stream to
+    another node's controller listener (plain TCP by default; the server package's connector adds TLS
+    and SASL, done before the stream is handed over)."""
 
     def __init__(
         self,
@@ -160,8 +178,10 @@ class RaftServer:
         cluster_id: str | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         rng: random.Random | None = None,
+        connect: Connect | None = None,
     ) -> None:
         self.node_id = node_id
+        self.connect: Connect = connect or asyncio.open_connection
         self.voters = dict(voters)
         self.storage = storage
         self.config = config or RaftConfig()

@@ -2,11 +2,12 @@
 
 ``node.id``, ``process.roles`` (``broker``, ``controller``, or both: a combined node),
 ``controller.quorum.voters`` (``1@127.0.0.1:19093,2@...``), ``listeners`` (``NAME://host:port,...``),
-``advertised.listeners``, ``controller.listener.names``, ``inter.broker.listener.name`` and
+``advertised.listeners``, ``controller.listener.names``, ``inter.broker.listener.name`` (or
+``security.inter.broker.protocol``, naming the listener called after that protocol) and
 ``listener.security.protocol.map`` are checked here, with Kafka's rules (``KafkaConfig``), each broken
-rule one line naming the setting. Broker listeners may use any of Kafka's four security protocols
-(``server.security`` checks what each needs); controller listeners, and the inter-broker listener of a
-cluster, are PLAINTEXT so far. Every other key is left to its owner: ``controller.quorum.*`` to the
+rule one line naming the setting. Every listener, the controller and inter-broker ones included, may
+use any of Kafka's four security protocols (``server.security`` checks what each needs, on both the
+serving and the connecting side). Every other key is left to its owner: ``controller.quorum.*`` to the
 Raft layer, the broker's settings (``num.partitions``, ``log.retention.ms`` ...) to ``BrokerConfig``.
 
 With no ``process.roles`` the node is the **single-node default**: a combined broker and controller,
@@ -49,6 +50,7 @@ SERVER_KEYS = frozenset(
         "advertised.listeners",
         "controller.listener.names",
         "inter.broker.listener.name",
+        "security.inter.broker.protocol",
         "listener.security.protocol.map",
         "broker.heartbeat.interval.ms",
         "broker.session.timeout.ms",
@@ -177,6 +179,9 @@ class ServerConfig:
     metadata_max_idle_interval_ms: int = 500
     quorum: Mapping[str, str] = field(default_factory=dict)  # controller.quorum.* as given
     cluster_id: str | None = None  # cluster.id; None: meta.properties' own (single node) or derived
+    # listener.security.protocol.map as given (or Kafka's default): a broker-only node learns the
+    # controller listener's protocol here, that listener not being one of its own.
+    protocols: Mapping[str, str] = field(default_factory=lambda: dict(_DEFAULT_PROTOCOLS))
 
     @property
     def is_broker(self) -> bool:
@@ -199,6 +204,20 @@ class ServerConfig:
             for listener in self.listeners:
                 if listener.name == name:
                     return listener
+        return None
+
+    def controller_protocol(self) -> str:
+        """The security protocol nodes reach the controllers with (that of the first controller
+        listener; PLAINTEXT when the map leaves it out, as Kafka allows)."""
+        own = self.controller_listener()
+        if own is not None:
+            return own.security_protocol
+        return self.protocols.get(self.controller_listener_names[0], PLAINTEXT)
+
+    def inter_broker_listener(self) -> Listener | None:
+        for listener in self.listeners:
+            if listener.name == self.inter_broker_listener_name:
+                return listener
         return None
 
     def advertised(self, name: str) -> Listener | None:
@@ -242,12 +261,13 @@ def server_config(
         },
         cluster_id=properties.get("cluster.id") or None,
     )
+    protocols = _protocol_map(properties.get("listener.security.protocol.map"))
+    common["protocols"] = protocols
     if common["broker_heartbeat_interval_ms"] >= common["broker_session_timeout_ms"]:
         raise ConfigError(
             f"broker.heartbeat.interval.ms ({common['broker_heartbeat_interval_ms']}) must be below "
             f"broker.session.timeout.ms ({common['broker_session_timeout_ms']})"
         )
-    protocols = _protocol_map(properties.get("listener.security.protocol.map"))
     if roles_text is None:
         return _single_node(properties, host, port, protocols, common)
     if host is not None or port is not None:
@@ -322,19 +342,13 @@ def server_config(
     broker_listeners = [lst for lst in listeners if lst.name not in controller_names]
     if not broker_listeners:
         raise ConfigError("listeners must have a broker listener (e.g. PLAINTEXT://127.0.0.1:9092)")
-    inter_broker = properties.get("inter.broker.listener.name", PLAINTEXT).strip().upper()
+    inter_broker = _inter_broker_listener_name(properties)
     if inter_broker in controller_names:
         raise ConfigError(f"inter.broker.listener.name {inter_broker} cannot be a controller listener")
     if inter_broker not in {lst.name for lst in broker_listeners}:
         raise ConfigError(
             f"inter.broker.listener.name {inter_broker} is not one of the broker listeners "
             f"({', '.join(lst.name for lst in broker_listeners)})"
-        )
-    inter_protocol = next(lst.security_protocol for lst in broker_listeners if lst.name == inter_broker)
-    if inter_protocol != PLAINTEXT:
-        raise ConfigError(
-            f"inter.broker.listener.name {inter_broker} uses {inter_protocol}; brokers reach each other "
-            "over PLAINTEXT only so far (give them a PLAINTEXT listener on a private network)"
         )
     advertised = _advertised(properties, broker_listeners, protocols, controller_names)
     return ServerConfig(
@@ -362,13 +376,26 @@ def _with_protocols(
                     "listener.security.protocol.map"
                 )
             protocol = PLAINTEXT  # Kafka lets an unmapped controller listener be PLAINTEXT
-        if protocol != PLAINTEXT and listener.name in controller_names:
-            raise ConfigError(
-                f"controller listener {listener.name} uses {protocol}; controllers serve PLAINTEXT only so "
-                "far (keep the controller listener on a private network)"
-            )
         result.append(Listener(listener.name, listener.host, listener.port, protocol))
     return tuple(result)
+
+
+def _inter_broker_listener_name(properties: Mapping[str, str]) -> str:
+    """``inter.broker.listener.name``, or the listener named after ``security.inter.broker.protocol``
+    (default PLAINTEXT); Kafka refuses both at once."""
+    name = properties.get("inter.broker.listener.name")
+    protocol = properties.get("security.inter.broker.protocol")
+    if name is not None and protocol is not None:
+        raise ConfigError("set only one of inter.broker.listener.name and security.inter.broker.protocol")
+    if name is not None:
+        return name.strip().upper()
+    protocol = (protocol or PLAINTEXT).strip().upper()
+    if protocol not in _SECURITY_PROTOCOLS:
+        raise ConfigError(
+            f"security.inter.broker.protocol: {protocol} is not a security protocol "
+            f"({', '.join(sorted(_SECURITY_PROTOCOLS))})"
+        )
+    return protocol
 
 
 def _advertised(

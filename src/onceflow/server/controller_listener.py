@@ -8,6 +8,11 @@ It speaks the Kafka wire protocol with the broker's framing (``ClientProtocol``)
   records are committed; NOT_CONTROLLER from a controller that is not the active one;
 - DescribeQuorum (55), and the quorum's own APIs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch,
   FetchSnapshot) when the quorum serves them (``quorum_apis``).
+
+Security (``security``, built by the broker's listener code from the same settings): TLS from the
+listener's keystore, a required client certificate (mTLS), SASL PLAIN through the broker's
+``SaslAuthenticator`` before any other request is served, as on a client listener. Who may do what
+once authenticated (CLUSTER_ACTION) is the authorizer's, not this module's.
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from onceflow.broker.client_protocol import ClientProtocol
 from onceflow.broker.connection import RequestReceived, SupportedApi
+from onceflow.broker.handlers import sasl_authenticate, sasl_handshake
 from onceflow.broker.handlers.describe_quorum import error_response, response_for
+from onceflow.broker.security.config import ListenerSecurity, is_loopback
+from onceflow.broker.security.principal import ANONYMOUS, user
+from onceflow.broker.security.principal import distinguished_name as _distinguished_name
+from onceflow.broker.security.sasl_authenticator import SaslAuthenticator
+from onceflow.broker.security.session import Session
 from onceflow.controller.quorum_controller import NotController
 from onceflow.protocol import apis
 from onceflow.protocol.errors import ErrorCode, KafkaError
@@ -35,6 +46,8 @@ from onceflow.server.controller_runner import ControllerRunner
 log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 104857600
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+_SASL_HANDLERS = {sasl_handshake.API_KEY: sasl_handshake, sasl_authenticate.API_KEY: sasl_authenticate}
 # (api version, request, correlation id) -> the encoded answer, for the quorum's own APIs.
 QuorumHandler = Callable[[int, Any], Awaitable[Any]]
 
@@ -47,8 +60,10 @@ class ControllerListener:
         host: str,
         port: int,
         quorum_apis: Mapping[int, tuple[int, int, Any, QuorumHandler]] | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.runner = runner
+        self.security = security
         self.quorum = quorum
         self.host = host
         self.port = port
@@ -65,15 +80,38 @@ class ControllerListener:
                 for key, (low, high, cls, _h) in self._quorum_apis.items()
             },
         }
+        if security is not None and security.sasl is not None:
+            self.supported.update(
+                {
+                    key: SupportedApi(key, h.MIN_VERSION, h.MAX_VERSION, h.REQUEST)
+                    for key, h in _SASL_HANDLERS.items()
+                }
+            )
         self._server: asyncio.Server | None = None
         self._connections: set[ClientProtocol] = set()
 
     async def start(self) -> None:
+        context = self.security.ssl_context if self.security is not None else None
         self._server = await asyncio.get_running_loop().create_server(
-            self._new_connection, self.host or None, self.port, reuse_address=True
+            self._new_connection,
+            self.host or None,
+            self.port,
+            reuse_address=True,
+            ssl=context,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if context is not None else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("controller listener on %s:%d", self.host or "0.0.0.0", self.port)
+        protocol = self.security.protocol if self.security is not None else "PLAINTEXT"
+        log.info("controller listener on %s:%d (%s)", self.host or "0.0.0.0", self.port, protocol)
+        if self.security is not None and not self.security.authenticates and not is_loopback(self.host):
+            log.warning(
+                "controller listener %s on %s:%d has no authentication: anyone who can reach it can join "
+                "the quorum's traffic, register brokers and send admin requests (map it to SASL_SSL, or SSL "
+                "with ssl.client.auth=required; see docs/security.md)",
+                self.security.name,
+                self.host or "0.0.0.0",
+                self.port,
+            )
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -86,11 +124,22 @@ class ControllerListener:
             self._server = None
 
     def _new_connection(self) -> ClientProtocol:
+        security = self.security
+        sasl = security.sasl if security is not None else None
         connection = ClientProtocol(
             functools.partial(self._dispatch),
             self.supported,
             max_request_bytes=MAX_REQUEST_BYTES,
             on_close=self._connections.discard,
+            session=Session(listener=security.name, security_protocol=security.protocol)
+            if security is not None
+            else None,
+            # SCRAM is refused on a cluster's listeners (server.security): PLAIN's users only.
+            authenticator=SaslAuthenticator(sasl, None) if sasl is not None else None,
+            max_unauthenticated_bytes=sasl.max_receive_size if sasl is not None else None,
+            certificate_principal=functools.partial(_certificate_principal, security)
+            if security is not None and security.protocol == "SSL"
+            else None,
         )
         self._connections.add(connection)
         return connection
@@ -117,6 +166,8 @@ class ControllerListener:
                 ],
                 throttle_time_ms=0,
             )
+        if api_key in _SASL_HANDLERS:  # after the exchange: ILLEGAL_SASL_STATE, as on a broker listener
+            return await _SASL_HANDLERS[api_key].handle(None, request)
         if api_key == 55:
             description = self.quorum.describe()
             if description is None:
@@ -128,3 +179,11 @@ class ControllerListener:
             return error_answer(api_key, request, ErrorCode.NOT_CONTROLLER, str(exc))
         except KafkaError as exc:
             return error_answer(api_key, request, exc.code, str(exc))
+
+
+def _certificate_principal(listener: ListenerSecurity, peercert: dict | None):
+    """An SSL controller listener's principal: the certificate's subject through the listener's
+    ssl.principal.mapping.rules (ANONYMOUS without one); ValueError when no rule applies."""
+    if not peercert:
+        return ANONYMOUS
+    return user(listener.principal_mapper.name_for(_distinguished_name(peercert)))

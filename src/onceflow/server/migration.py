@@ -10,14 +10,26 @@ configs, their partitions led by this node) and no producer id already handed ou
   as the only replica, leader and ISR;
 - internal topics written by an onceflow without compaction become compacted (``cleanup.policy``);
 - a ``ProducerIdsRecord`` moving the allocator past the last block the old broker reserved.
+
+A node of a cluster also brings in the data dir's ACLs (``acls.json``: an AccessControlEntryRecord
+each, with a new id) and SCRAM credentials (``scram-credentials.json``: a UserScramCredentialRecord
+each), since a cluster keeps those in its metadata log. That is also how the first administrator gets
+a credential on a cluster that only accepts SASL clients, as ``kafka-storage format --add-scram``
+does: ``onceflow users scram set --data-dir`` on the controllers' data dirs before their first start.
+A single node keeps using those files, and they stay where they are.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import uuid
 from pathlib import Path
 
+from onceflow.broker.security.acl_store import FILE_NAME as ACLS_FILE
+from onceflow.broker.security.acl_store import FileAclStore
+from onceflow.broker.security.credentials import FILE_NAME as SCRAM_FILE
+from onceflow.broker.security.credentials import FileScramStore
 from onceflow.broker.topics import INTERNAL_TOPIC_CONFIGS, INTERNAL_TOPICS, TOPICS_FILE, _read_topics_file
 from onceflow.broker.txn.pid_manager import PRODUCER_ID_BLOCK_FILE
 from onceflow.metadata.records import (
@@ -26,13 +38,16 @@ from onceflow.metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     TopicRecord,
+    UserScramCredentialRecord,
 )
+from onceflow.metadata.scram import MECHANISM_IDS
 
 log = logging.getLogger(__name__)
 
 
-def single_node_records(data_dir: Path, node_id: int) -> list:
-    """The records of a single-node data dir's topics and producer ids (none for a new data dir)."""
+def single_node_records(data_dir: Path, node_id: int, *, security: bool = False) -> list:
+    """The records of a single-node data dir's topics and producer ids (none for a new data dir), and
+    with ``security`` (a cluster node) its ACLs and SCRAM credentials. ValueError: a damaged file."""
     data_dir = Path(data_dir)
     records: list = []
     path = data_dir / TOPICS_FILE
@@ -63,12 +78,34 @@ def single_node_records(data_dir: Path, node_id: int) -> list:
         records.append(
             ProducerIdsRecord(broker_id=node_id, broker_epoch=-1, next_producer_id=next_producer_id)
         )
+    if security:
+        records += security_records(data_dir)
     if records:
         log.info(
-            "bringing the topics and producer ids of %s into the metadata log (%d records)",
+            "bringing the topics, producer ids, ACLs and credentials of %s into the metadata log (%d records)",
             data_dir,
             len(records),
         )
+    return records
+
+
+def security_records(data_dir: Path) -> list:
+    """The ACLs and SCRAM credentials a data dir's files hold, as the records a cluster keeps them in."""
+    from onceflow.controller.acls import acl_record
+
+    records: list = []
+    for (user, mechanism), credential in sorted(FileScramStore(data_dir).load().items()):
+        records.append(
+            UserScramCredentialRecord(
+                name=user,
+                mechanism=MECHANISM_IDS[mechanism],
+                salt=credential.salt,
+                stored_key=credential.stored_key,
+                server_key=credential.server_key,
+                iterations=credential.iterations,
+            )
+        )
+    records += [acl_record(uuid.uuid4(), acl) for acl in sorted(set(FileAclStore(data_dir).load()))]
     return records
 
 
@@ -85,10 +122,12 @@ def _next_producer_id(data_dir: Path) -> int:
 RETIRED_SUFFIX = ".migrated"
 
 
-def retire_single_node_files(data_dir: Path) -> None:
+def retire_single_node_files(data_dir: Path, *, security: bool = False) -> None:
     """Once their records are committed to the metadata log, the old files are kept aside (renamed
-    ``*.migrated``) rather than deleted: a copy for the operator, never read again."""
-    for name in (TOPICS_FILE, PRODUCER_ID_BLOCK_FILE):
+    ``*.migrated``) rather than deleted: a copy for the operator, never read again (with
+    ``security``, a cluster node's, the ACL and SCRAM files too)."""
+    names = (TOPICS_FILE, PRODUCER_ID_BLOCK_FILE) + ((ACLS_FILE, SCRAM_FILE) if security else ())
+    for name in names:
         path = Path(data_dir) / name
         if path.exists():
             path.rename(path.with_name(name + RETIRED_SUFFIX))

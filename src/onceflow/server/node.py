@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from onceflow.broker.cluster_metadata import ClusterMetadata
+from onceflow.broker.cluster_metadata import ClusterMetadata, ImageAclStore, ImageScramStore
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.data_dir_lock import DataDirLock, lock_data_dir
 from onceflow.broker.metrics import serve_metrics
@@ -43,6 +43,7 @@ from onceflow.controller.config import ControllerConfig
 from onceflow.controller.quorum_controller import QuorumController
 from onceflow.metadata.records import RESOURCE_TOPIC
 from onceflow.server.broker_lifecycle import BrokerLifecycle
+from onceflow.server.cluster_authorization import inter_broker_warning
 from onceflow.server.config import Listener, ServerConfig, server_config
 from onceflow.server.controller_channel import ControllerChannel
 from onceflow.server.controller_listener import ControllerListener
@@ -53,7 +54,7 @@ from onceflow.server.peer_connections import PeerConnections
 from onceflow.server.producer_id_blocks import ControllerProducerIds
 from onceflow.server.quorum import LocalQuorum
 from onceflow.server.replication import NodeReplication
-from onceflow.server.security import broker_security
+from onceflow.server.security import NodeSecurity, node_security, stream_connector
 from onceflow.server.topic_admin import AsyncTopicAdmin, LocalTopicAdmin
 from onceflow.server.txn_markers import ClusterMarkerWriter
 from onceflow.server.txn_router import TransactionRouter
@@ -112,7 +113,9 @@ class Node:
         self.channel: ControllerChannel | None = None
         self.lifecycle: BrokerLifecycle | None = None
         self.controller_listener: ControllerListener | None = None
-        self.peers: PeerConnections | None = None
+        self.peers: PeerConnections | None = None  # to other brokers' inter-broker listener
+        self.controller_peers: PeerConnections | None = None  # to the controllers' listener
+        self.security: NodeSecurity | None = None
         self.replication: NodeReplication | None = None
         self.metrics_endpoint: Any = None  # broker.metrics' endpoint, when metrics.port is set
         self._log_opener = log_opener
@@ -151,16 +154,27 @@ class Node:
     async def _start(self) -> None:
         server, config = self.server, self.config
         broker_listeners = server.broker_listeners()
-        if server.is_broker:
-            broker_security(server, config.security)  # ConfigError: what a cluster cannot do yet
+        # ConfigError: a setting that cannot work, or what a cluster cannot do yet.
+        security = self.security = node_security(server, config.security)
+        broker_config = config
+        if security.broker_properties != config.security:  # without the controller listener's own
+            broker_config = dataclasses.replace(config, security=dict(security.broker_properties))
         self.broker = Broker(
-            config,
+            broker_config,
             log_opener=self._log_opener,
             listeners=[(lst.name, lst.host, lst.port) for lst in broker_listeners],
             protocols={lst.name: lst.security_protocol for lst in broker_listeners},
         )
         # A cluster's brokers keep no SCRAM credentials of their own (server.security).
         self.broker.keeps_credentials = server.single_node
+        to_brokers = security.to_brokers
+        warning = (
+            inter_broker_warning(server, self.broker.security, getattr(to_brokers, "sasl_username", None))
+            if server.is_broker
+            else None
+        )
+        if warning is not None:
+            log.warning("node %d: %s", self.node_id, warning)
         if self.broker.metrics is not None:
             # First: a metrics port that cannot be bound stops the start at once. What is not there
             # yet (the quorum, the broker's services) is left out of a scrape until it is.
@@ -172,7 +186,9 @@ class Node:
         cluster_id = topics.cluster_id
         # Read before the quorum runs: a damaged single-node file stops the start, naming it.
         self._pending_bootstrap = (
-            single_node_records(self.data_dir, self.node_id) if server.is_controller else []
+            single_node_records(self.data_dir, self.node_id, security=not server.single_node)
+            if server.is_controller
+            else []
         )
         self.quorum = self._make_quorum(cluster_id)
         if server.is_controller:
@@ -183,8 +199,10 @@ class Node:
                 on_activate=self._on_activate,
             )
             self.quorum.add_listener(self.runner)
-        self.peers = PeerConnections(client_id=f"onceflow-node-{self.node_id}")
-        self.channel = ControllerChannel(self.quorum, self.runner, self.peers.send)
+        client_id = f"onceflow-node-{self.node_id}"
+        self.peers = PeerConnections(client_id, security.to_brokers)
+        self.controller_peers = PeerConnections(client_id, security.to_controllers)
+        self.channel = ControllerChannel(self.quorum, self.runner, self.controller_peers.send)
         if server.is_broker:
             self.metadata = ClusterMetadata(
                 self.node_id, topics, on_partitions_deleted=self._partitions_deleted
@@ -218,7 +236,12 @@ class Node:
         if self.runner is not None:
             own = server.controller_listener()
             self.controller_listener = ControllerListener(
-                self.runner, self.quorum, own.host, own.port, quorum_apis=self.quorum.served_apis()
+                self.runner,
+                self.quorum,
+                own.host,
+                own.port,
+                quorum_apis=self.quorum.served_apis(),
+                security=security.controller_listener,
             )
             await self.controller_listener.start()
         await self.quorum.start()
@@ -260,10 +283,15 @@ class Node:
             await producer_ids.start()
             self.broker._producer_ids = producer_ids  # noqa: SLF001 - set before its services exist
         if self._migrated and self.durable:
-            retire_single_node_files(self.data_dir)
+            retire_single_node_files(self.data_dir, security=not server.single_node)
         if not server.single_node:
             self.broker.quota_store = self.metadata.quota_store()
             self.metadata.on_quotas = self._quotas_changed
+            # ACLs and SCRAM credentials are the image's too (the controller writes them).
+            self.broker.acl_store = ImageAclStore(self.metadata)
+            self.broker.scram_store = ImageScramStore(self.metadata)
+            self.metadata.on_acls = self._acls_changed
+            self.metadata.on_scram_credentials = self._scram_credentials_changed
             self.broker.wrap_markers = lambda local: ClusterMarkerWriter(
                 local,
                 self.metadata,
@@ -285,8 +313,9 @@ class Node:
             return self._quorum_factory(self, cluster_id)
         from onceflow.server.raft_quorum import QuorumUnavailable, raft_quorum
 
+        connect = stream_connector(self.security.to_controllers, f"raft-{self.node_id}")
         try:
-            return raft_quorum(self.server, self.data_dir, cluster_id)
+            return raft_quorum(self.server, self.data_dir, cluster_id, connect)
         except QuorumUnavailable:
             if not self.server.single_node:
                 raise
@@ -353,6 +382,16 @@ class Node:
         if services is not None:
             services.quotas.replace(quotas)
 
+    def _acls_changed(self, acls) -> None:
+        services = self.broker.services if self.broker is not None else None
+        if services is not None and services.authorizer is not None:
+            services.authorizer.replace(acls.values())
+
+    def _scram_credentials_changed(self, credentials) -> None:
+        services = self.broker.services if self.broker is not None else None
+        if services is not None and services.scram is not None:
+            services.scram.replace(credentials)
+
     def _partitions_deleted(self, partitions) -> None:
         services = self.broker.services if self.broker is not None else None
         if services is not None:
@@ -388,8 +427,9 @@ class Node:
             await self.controller_listener.stop()
         if self.quorum is not None:
             await self.quorum.stop()
-        if self.peers is not None:
-            await self.peers.close()
+        for peers in (self.peers, self.controller_peers):
+            if peers is not None:
+                await peers.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None

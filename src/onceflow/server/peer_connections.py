@@ -1,6 +1,8 @@
-"""Connections from this node to other nodes' controller listeners (brokers to the active
-controller), one per address, opened on first use and dropped on any failure so the next request
-reconnects (possibly to another leader).
+"""Connections from this node to other nodes, one per address, opened on first use and dropped on any
+failure so the next request reconnects (possibly to another leader). A node keeps two sets: one to
+the controllers' listener (brokers to the active controller) and one to the other brokers'
+inter-broker listener (replica fetches, transaction markers, AddPartitionsToTxn), each opened with
+that listener's security (``server.peer_security``: TLS, a client certificate, SASL).
 
 The client package is imported on first use: a single node never reaches another, and importing the
 whole client would slow every broker start."""
@@ -25,10 +27,13 @@ def _has_header_slot(request: Any) -> bool:
 
 
 class PeerConnections:
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, security: Any = None) -> None:
+        """``security``: the ``client.security.ClientSecurity`` connections open with (None: plain)."""
         self.client_id = client_id
+        self.security = security
         self._connections: dict[tuple[str, int], Any] = {}
         self._opening: dict[tuple[str, int], asyncio.Future[Any]] = {}
+        self._refusals: dict[tuple[str, int], str] = {}  # the last refusal logged, per address
 
     async def _connection(self, address: tuple[str, int]) -> Any:
         from onceflow.client.connection import Connection
@@ -48,6 +53,7 @@ class PeerConnections:
                 client_id=self.client_id,
                 request_timeout_s=REQUEST_TIMEOUT_S,
                 connect_timeout_s=2.0,
+                security=self.security,
             )
         except BaseException as exc:
             future.set_exception(exc)
@@ -67,9 +73,20 @@ class PeerConnections:
 
     async def _send(self, address: tuple[str, int], api_key: int, version: int, request: Any) -> Any:
         from onceflow.client.connection import BrokerConnectionError
+        from onceflow.protocol.errors import KafkaError
 
         try:
-            connection = await self._connection(address)
+            try:
+                connection = await self._connection(address)
+            except BrokerConnectionError:
+                raise
+            except KafkaError as exc:
+                # Refused by the other node (a wrong password, a SASL mechanism it does not offer):
+                # callers retry as for an unreachable node; the reason is logged once.
+                if self._refusals.get(address) != str(exc):
+                    self._refusals[address] = str(exc)
+                    log.warning("cannot connect to %s:%d: %s", address[0], address[1], exc)
+                raise ConnectionError(str(exc)) from exc
             low, high = connection.broker_versions.get(api_key, (0, -1))
             if high < 0:
                 raise ConnectionError(f"{address[0]}:{address[1]} does not serve API {api_key}")

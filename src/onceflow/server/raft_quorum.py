@@ -6,7 +6,8 @@
 - One controller listener per node: the node's ``ControllerListener`` owns the port and hands the
   quorum's own requests (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot) to the Raft
   server (:meth:`RaftQuorum.served_apis`); the Raft server keeps its own outbound connections to the
-  other voters. A broker-only node is an observer: it fetches the log from the leader like a voter,
+  other voters, opened with the controller listener's security (TLS, SASL) when it has any. A
+  broker-only node is an observer: it fetches the log from the leader like a voter,
   but never votes.
 - Every committed batch, snapshot and leader change is handed to each of the node's listeners in
   order (the controller first, then the broker's metadata, then the snapshot policy).
@@ -50,7 +51,9 @@ class _Reply:
 class RaftQuorum:
     durable = True  # the log and the quorum state are on disk
 
-    def __init__(self, server: ServerConfig, data_dir: Path, cluster_id: str) -> None:
+    def __init__(self, server: ServerConfig, data_dir: Path, cluster_id: str, connect: Any = None) -> None:
+        """``connect(host, port)``: how this node opens a stream to another's controller listener
+        (``server.peer_security``'s connector on a secured controller listener; plain TCP without)."""
         try:
             from onceflow.raft.config import RaftConfig
             from onceflow.raft.file_storage import FileStorage
@@ -73,6 +76,7 @@ class RaftQuorum:
             RaftConfig.from_properties(properties),
             listener=self,
             cluster_id=cluster_id,
+            connect=connect,
         )
         # The node's ControllerListener owns the controller listener's port.
         self.raft.listen = None
@@ -208,5 +212,5 @@ class RaftQuorum:
             listener.handle_leader_change(leader_id, epoch)
 
 
-def raft_quorum(server: ServerConfig, data_dir: Path, cluster_id: str) -> RaftQuorum:
-    return RaftQuorum(server, data_dir, cluster_id)
+def raft_quorum(server: ServerConfig, data_dir: Path, cluster_id: str, connect: Any = None) -> RaftQuorum:
+    return RaftQuorum(server, data_dir, cluster_id, connect)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from onceflow.broker.group.consumer_groups import ConsumerGroupConfig
+from onceflow.broker.group.consumer_group import ConsumerGroupConfig
 
 
 @dataclasses.dataclass(frozen=True)

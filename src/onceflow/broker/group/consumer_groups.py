@@ -1,6 +1,7 @@
 """Groups of the consumer group protocol (KIP-848): ConsumerGroupHeartbeat's rules, and the checks
-their members' offset commits and fetches go through. No sockets: the handler and the coordinator
-call in, timers run on the injected :class:`Scheduler`, topics are read through :class:`TopicLookup`.
+their members' offset commits and fetches go through (the groups themselves are
+:mod:`consumer_group`). No sockets: the handler and the coordinator call in, timers run on the
+injected :class:`Scheduler`, topics are read through :class:`TopicLookup`.
 
 The coordinator, not the members, assigns partitions. Every change that can alter the assignment
 (a member joins, leaves, or changes its subscription or assignor; a subscribed topic appears, goes or
@@ -8,10 +9,10 @@ grows) bumps the *group epoch*; the next heartbeat recomputes the *target assign
 with the group's assignor, and each member then reconciles towards its target one heartbeat at a time
 (:mod:`reconciliation`), revoking before anyone else is given what it had.
 
-Persistence, as in Kafka's group coordinator: a change is worked out on a copy of the group
-(:meth:`ConsumerGroup.working_copy`), its records (:mod:`consumer_group_records`: group epoch, target
-epoch, and per member its subscription, target and current assignment) are compared with those of
-the live group, and only the differences (and tombstones for what went) are emitted through the
+Persistence (:mod:`consumer_group_persistence`, mixed in), as in Kafka's group coordinator: a
+change is worked out on a copy of the group (:meth:`ConsumerGroup.working_copy`), its records
+(:mod:`consumer_group_records`: group epoch, target epoch, and per member its subscription, target and
+current assignment) are compared with those of the live group, and only the differences (and tombstones for what went) are emitted through the
 injected ``emit``. The live group changes only by :meth:`ConsumerGroups.replay` of those records once
 they are in ``__consumer_offsets``: the coordinator runtime appends them and replays them, with the
 replay that loading a partition uses, so a heartbeat is answered only with a state the log holds and a
@@ -26,17 +27,28 @@ GROUP_ID_NOT_FOUND, which clients treat as fatal (a group deleted under its memb
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Protocol
 
-from onceflow.broker.coordinator.scheduler import Scheduler, TimerHandle
+from onceflow.broker.coordinator.scheduler import Scheduler
 from onceflow.broker.group import assignment as a
-from onceflow.broker.group import consumer_group_records as rec
-from onceflow.broker.group.assignment import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment
+from onceflow.broker.group.assignment import ASSIGNORS, DEFAULT_ASSIGNOR
+from onceflow.broker.group.consumer_group import (
+    FIRST_MEMBER_EPOCH_COMMIT_VERSION,
+    LEAVE_EPOCH,
+    NO_GENERATION,
+    STATIC_LEAVE_EPOCH,
+    CallLater,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerMember,
+    Emit,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicLookup,
+)
+from onceflow.broker.group.consumer_group_persistence import ConsumerGroupPersistence, member_metadata
 from onceflow.broker.group.reconciliation import MemberAssignment, MemberState, next_assignment
 from onceflow.broker.patterns import compile_pattern
 from onceflow.protocol.errors import ErrorCode, KafkaError
@@ -44,179 +56,9 @@ from onceflow.protocol.errors import ErrorCode, KafkaError
 log = logging.getLogger(__name__)
 
 E = ErrorCode
-LEAVE_EPOCH = -1
-STATIC_LEAVE_EPOCH = -2
-NO_GENERATION = -1  # the generation / member epoch of a commit from outside group management
-# OffsetCommit v9 is the first to carry a member epoch; members of these groups must use it (KIP-848).
-FIRST_MEMBER_EPOCH_COMMIT_VERSION = 9
 
 
-@dataclasses.dataclass(frozen=True)
-class ConsumerGroupConfig:
-    """Kafka's broker settings of the same names (``group.consumer.*``)."""
-
-    heartbeat_interval_ms: int = 5000
-    session_timeout_ms: int = 45000
-    max_size: int = 2147483647
-    assignors: tuple[str, ...] = ("uniform", "range")
-
-
-class TopicLookup(Protocol):
-    def topic(self, name: str) -> tuple[uuid.UUID, int] | None:
-        """The topic's id and partition count, or None if there is no such topic."""
-        ...
-
-    def topic_names(self) -> Iterable[str]:
-        """Every topic clients may subscribe to (not the internal ones)."""
-        ...
-
-
-class ConsumerGroupState(enum.Enum):
-    EMPTY = "Empty"
-    ASSIGNING = "Assigning"
-    RECONCILING = "Reconciling"
-    STABLE = "Stable"
-
-
-@dataclasses.dataclass
-class ConsumerMember:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = 300000
-    subscribed_topic_names: tuple[str, ...] = ()
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    assignment: MemberAssignment = dataclasses.field(
-        default_factory=lambda: MemberAssignment(MemberState.STABLE, 0, 0, a.EMPTY)
-    )
-    session_timer: TimerHandle | None = None
-    rebalance_timer: TimerHandle | None = None
-
-    def cancel_timers(self) -> None:
-        for timer in (self.session_timer, self.rebalance_timer):
-            if timer is not None:
-                timer.cancel()
-        self.session_timer = self.rebalance_timer = None
-
-
-@dataclasses.dataclass
-class ConsumerGroup:
-    group_id: str
-    epoch: int = 0
-    target_epoch: int = 0
-    target: dict[str, Assignment] = dataclasses.field(default_factory=dict)
-    members: dict[str, ConsumerMember] = dataclasses.field(default_factory=dict)
-    # The subscribed topics as of the group epoch: name -> (topic id, partition count).
-    topics: dict[str, tuple[uuid.UUID, int]] = dataclasses.field(default_factory=dict)
-    # Who holds each partition (assigned or pending revocation): a partition has one holder at most.
-    owners: dict[tuple[uuid.UUID, int], str] = dataclasses.field(default_factory=dict)
-    static_members: dict[str, str] = dataclasses.field(default_factory=dict)
-    assignor: str = DEFAULT_ASSIGNOR  # the one that made the target assignment
-    # The group's records in the log, by key (kept by replay): what the next change is compared with.
-    persisted: dict[rec.ConsumerGroupKey, bytes] = dataclasses.field(default_factory=dict)
-
-    def working_copy(self) -> ConsumerGroup:
-        """A copy to work out a change on: the live group stays as it is until the change's records
-        are replayed into it. Members are shared until :meth:`own` copies the one a change touches."""
-        return ConsumerGroup(
-            self.group_id,
-            self.epoch,
-            self.target_epoch,
-            dict(self.target),
-            dict(self.members),
-            dict(self.topics),
-            dict(self.owners),
-            dict(self.static_members),
-            self.assignor,
-            self.persisted,  # read only: what the change is compared with
-        )
-
-    def own(self, member_id: str) -> ConsumerMember:
-        """The member, copied into this working copy (without timers: those stay the live one's), so
-        that changing it leaves the live group alone."""
-        shared = self.members[member_id]
-        member = ConsumerMember.__new__(ConsumerMember)
-        member.__dict__.update(shared.__dict__)
-        member.session_timer = member.rebalance_timer = None
-        self.members[member_id] = member
-        return member
-
-    @property
-    def state(self) -> ConsumerGroupState:
-        if not self.members:
-            return ConsumerGroupState.EMPTY
-        if self.epoch > self.target_epoch:
-            return ConsumerGroupState.ASSIGNING
-        if all(m.assignment.reconciled_to(self.target_epoch) for m in self.members.values()):
-            return ConsumerGroupState.STABLE
-        return ConsumerGroupState.RECONCILING
-
-    def set_assignment(self, member: ConsumerMember, new: MemberAssignment) -> None:
-        self._release(member)
-        member.assignment = new
-        for tp in a.pairs(new.assigned) | a.pairs(new.pending_revocation):
-            self.owners[tp] = member.member_id
-
-    def _release(self, member: ConsumerMember) -> None:
-        held = a.pairs(member.assignment.assigned) | a.pairs(member.assignment.pending_revocation)
-        for tp in held:
-            if self.owners.get(tp) == member.member_id:
-                del self.owners[tp]
-
-    def remove(self, member: ConsumerMember) -> None:
-        """Take the member out (its timers are the replay's to cancel: this may be a working copy)."""
-        self._release(member)
-        del self.members[member.member_id]
-        self.target.pop(member.member_id, None)
-        if member.instance_id is not None and self.static_members.get(member.instance_id) == member.member_id:
-            del self.static_members[member.instance_id]
-
-    def subscribed_topic_names(self) -> set[str]:
-        return set(self.topics)
-
-    def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        for name, (known_id, _) in self.topics.items():
-            if known_id == topic_id:
-                return name
-        return None
-
-
-@dataclasses.dataclass(frozen=True)
-class HeartbeatRequest:
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned: Assignment | None = None
-    api_version: int = 1
-    client_id: str = ""
-    client_host: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class HeartbeatResult:
-    member_id: str
-    member_epoch: int
-    heartbeat_interval_ms: int
-    assignment: Assignment | None  # None: unchanged since the member's last heartbeat
-
-
-# (group id, [(key, value or None for a tombstone)], what to do once they are written): the records go
-# to __consumer_offsets and come back through ConsumerGroups.replay before ``on_written`` runs.
-Emit = Callable[[str, list[tuple[bytes, bytes | None]], Callable[[], None] | None], None]
-# (group id, delay, callback): a timer, which the coordinator runs as an operation of the group's partition.
-CallLater = Callable[[str, int, Callable[[], None]], TimerHandle]
-
-
-class ConsumerGroups:
+class ConsumerGroups(ConsumerGroupPersistence):
     def __init__(
         self,
         config: ConsumerGroupConfig,
@@ -280,7 +122,7 @@ class ConsumerGroups:
             member, bump = self._join(group, req)
         else:
             member, bump = group.own(self._known_member(group, req).member_id), False
-        metadata_before = _member_metadata(member)
+        metadata_before = member_metadata(member)
         bump |= self._update_subscription(member, req)
         bump |= self._refresh_topics(group)
         if bump:  # one new group epoch for whatever this heartbeat changed
@@ -303,7 +145,7 @@ class ConsumerGroups:
         # Most heartbeats change nothing: only a change is worth rebuilding the group's records for.
         joined = req.member_epoch == 0
         changed_records = (
-            joined or new_target or after != before or _member_metadata(member) != metadata_before
+            joined or new_target or after != before or member_metadata(member) != metadata_before
         )
         member_id, topics, assignor = member.member_id, group.topics, group.assignor
 
@@ -616,126 +458,6 @@ class ConsumerGroups:
         log.info("group %s: member %s removed: %s", group_id, member_id, why)
         self._emit(group, live, None)
 
-    # -- persistence -------------------------------------------------------------------------------
-
-    def _records(self, group: ConsumerGroup) -> dict[rec.ConsumerGroupKey, bytes]:
-        """The group's whole state as records, by key."""
-        gid = group.group_id
-        records = {
-            rec.ConsumerGroupKey(rec.GROUP_EPOCH, gid): rec.encode_epoch(group.epoch),
-            rec.ConsumerGroupKey(rec.TARGET_EPOCH, gid): rec.encode_epoch(group.target_epoch),
-        }
-        for m in group.members.values():
-            records[rec.ConsumerGroupKey(rec.MEMBER_METADATA, gid, m.member_id)] = rec.encode_member_metadata(
-                _member_metadata(m)
-            )
-            records[rec.ConsumerGroupKey(rec.CURRENT_ASSIGNMENT, gid, m.member_id)] = (
-                rec.encode_current_assignment(m.assignment)
-            )
-        for member_id, target in group.target.items():
-            records[rec.ConsumerGroupKey(rec.TARGET_MEMBER, gid, member_id)] = rec.encode_target_member(
-                target
-            )
-        return records
-
-    def _emit(
-        self,
-        group: ConsumerGroup | None,
-        live: ConsumerGroup | None,
-        written: Callable[[], None] | None,
-        *,
-        unchanged: bool = False,
-    ) -> None:
-        """Emit what turns ``live`` (None: no such group yet) into ``group`` (None: deleted): the
-        records that differ and tombstones for those that went. ``unchanged``: nothing persisted
-        changed, only ``written`` is due."""
-        if group is None:  # delete(): ``live`` goes
-            group_id, now, persisted = live.group_id if live else "", {}, live.persisted if live else {}
-        elif unchanged:
-            self._emit_records(group.group_id, [], written)
-            return
-        else:
-            group_id = group.group_id
-            persisted = live.persisted if live is not None else {}
-            now = self._records(group)
-        changes = [(k, v) for k, v in now.items() if persisted.get(k) != v]
-        changes += [(k, None) for k in persisted if k not in now]
-        self._emit_records(group_id, [(rec.encode_key(k), v) for k, v in changes], written)
-
-    def _replay_now(
-        self, group_id: str, records: list[tuple[bytes, bytes | None]], written: Callable[[], None] | None
-    ) -> None:
-        """The ``emit`` of a ConsumerGroups without a log: replay at once."""
-        from onceflow.broker.group import log_format as fmt
-
-        for raw_key, value in records:
-            key = fmt.decode_key(raw_key)
-            if isinstance(key, rec.ConsumerGroupKey):
-                self.replay(key, value)
-        if written is not None:
-            written()
-
-    def replay(self, key: rec.ConsumerGroupKey, value: bytes | None) -> None:
-        """Fold one record of ``__consumer_offsets`` into the group it belongs to (loading and live
-        writes alike; a tombstone removes what it names, the group epoch's the group)."""
-        group_id = key.group_id
-        group = self._groups.get(group_id)
-        if group is None:
-            if value is None:
-                return
-            group = self._groups[group_id] = ConsumerGroup(group_id)
-        if value is None:
-            group.persisted.pop(key, None)
-        else:
-            group.persisted[key] = value
-        kind = key.record_type
-        if kind == rec.GROUP_EPOCH:
-            if value is None:
-                self.forget(group_id)  # deleted: its member and target records go in the same batch
-            else:
-                group.epoch = rec.decode_epoch(value)
-        elif kind == rec.TARGET_EPOCH:
-            group.target_epoch = rec.decode_epoch(value) if value is not None else 0
-        elif kind == rec.TARGET_MEMBER:
-            if value is None:
-                group.target.pop(key.member_id or "", None)
-            else:
-                group.target[key.member_id or ""] = rec.decode_target_member(value)
-        elif kind in (rec.MEMBER_METADATA, rec.CURRENT_ASSIGNMENT):
-            self._replay_member(group, key.member_id or "")
-
-    def _replay_member(self, group: ConsumerGroup, member_id: str) -> None:
-        """A member exists while both its subscription and its current assignment records do."""
-        gid = group.group_id
-        metadata = group.persisted.get(rec.ConsumerGroupKey(rec.MEMBER_METADATA, gid, member_id))
-        current = group.persisted.get(rec.ConsumerGroupKey(rec.CURRENT_ASSIGNMENT, gid, member_id))
-        member = group.members.get(member_id)
-        if metadata is None or current is None:
-            if member is not None:
-                group.remove(member)
-                member.cancel_timers()
-            return
-        md = rec.decode_member_metadata(metadata)
-        if member is None:
-            member = group.members[member_id] = ConsumerMember(
-                member_id, md.instance_id, md.client_id, md.client_host
-            )
-        member.instance_id, member.client_id, member.client_host = (
-            md.instance_id,
-            md.client_id,
-            md.client_host,
-        )
-        member.rack_id = md.rack_id
-        member.rebalance_timeout_ms = md.rebalance_timeout_ms
-        member.subscribed_topic_names = md.subscribed_topic_names
-        member.subscribed_topic_regex = md.subscribed_topic_regex
-        member.server_assignor = md.server_assignor
-        if member.instance_id is not None:
-            group.static_members[member.instance_id] = member_id
-        assignment = rec.decode_current_assignment(current)
-        if assignment != member.assignment:
-            group.set_assignment(member, assignment)
-
     def loaded(self, group_id: str) -> None:
         """The group's partition was replayed: members get a fresh session, revocations their
         deadline, and the subscribed topics are looked up again."""
@@ -822,18 +544,4 @@ def _subscription_unchanged(member: ConsumerMember, req: HeartbeatRequest) -> bo
             or (req.subscribed_topic_regex or None) == member.subscribed_topic_regex
         )
         and (req.server_assignor is None or req.server_assignor == member.server_assignor)
-    )
-
-
-def _member_metadata(m: ConsumerMember) -> rec.MemberMetadata:
-    """What a member's subscription record (type 5) holds."""
-    return rec.MemberMetadata(
-        m.instance_id,
-        m.rack_id,
-        m.client_id,
-        m.client_host,
-        m.subscribed_topic_names,
-        m.subscribed_topic_regex,
-        m.rebalance_timeout_ms,
-        m.server_assignor,
     )

@@ -26,14 +26,14 @@ from onceflow.broker.coordinator.runtime import STARTUP_COORDINATOR_EPOCH, Coord
 from onceflow.broker.coordinator.scheduler import Scheduler
 from onceflow.broker.coordinator.writer import PartitionWriter
 from onceflow.broker.group.config import GroupCoordinatorConfig
-from onceflow.broker.group.consumer_groups import (
+from onceflow.broker.group.consumer_group import (
     FIRST_MEMBER_EPOCH_COMMIT_VERSION,
     ConsumerGroup,
-    ConsumerGroups,
     HeartbeatRequest,
     HeartbeatResult,
     TopicLookup,
 )
+from onceflow.broker.group.consumer_groups import ConsumerGroups
 from onceflow.broker.group.descriptions import GroupDescription, GroupListing, MemberDescription
 from onceflow.broker.group.metadata import GroupMetadata
 from onceflow.broker.group.offset_operations import OffsetCommitEntry, unknown_group_commit_error

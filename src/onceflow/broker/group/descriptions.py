@@ -6,7 +6,7 @@ import dataclasses
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
-from onceflow.broker.group.consumer_groups import ConsumerGroup
+from onceflow.broker.group.consumer_group import ConsumerGroup
 from onceflow.broker.group.metadata import GroupMetadata
 from onceflow.broker.group.state import GroupState
 from onceflow.protocol.errors import ErrorCode

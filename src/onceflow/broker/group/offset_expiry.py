@@ -13,7 +13,7 @@ An explicit expire timestamp (OffsetCommit v1) wins over all of them.
 
 from __future__ import annotations
 
-from onceflow.broker.group.consumer_groups import ConsumerGroup
+from onceflow.broker.group.consumer_group import ConsumerGroup
 from onceflow.broker.group.metadata import GroupMetadata
 from onceflow.broker.group.offsets import CommittedOffset, TopicPartition
 from onceflow.broker.group.state import GroupState

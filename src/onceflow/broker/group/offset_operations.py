@@ -13,7 +13,7 @@ import logging
 
 from onceflow.broker.coordinator.records import Record, StoredBatch
 from onceflow.broker.group import log_format as fmt
-from onceflow.broker.group.consumer_groups import FIRST_MEMBER_EPOCH_COMMIT_VERSION, ConsumerGroup
+from onceflow.broker.group.consumer_group import FIRST_MEMBER_EPOCH_COMMIT_VERSION, ConsumerGroup
 from onceflow.broker.group.metadata import GroupMetadata
 from onceflow.broker.group.offset_expiry import expired_of_classic_group, expired_of_consumer_group
 from onceflow.broker.group.offsets import CommittedOffset, TopicPartition

@@ -17,7 +17,7 @@ from onceflow.broker.coordinator.commits import committed
 from onceflow.broker.coordinator.internal_topic import InternalTopicWriter
 from onceflow.broker.coordinator.scheduler import AsyncioScheduler
 from onceflow.broker.group.config import GroupCoordinatorConfig
-from onceflow.broker.group.consumer_groups import (
+from onceflow.broker.group.consumer_group import (
     ConsumerGroup,
     ConsumerGroupConfig,
     HeartbeatRequest,

@@ -31,13 +31,8 @@ from onceflow.broker.coordinator.scheduler import Scheduler, TimerHandle
 from onceflow.broker.group import consumer_group_records as cg
 from onceflow.broker.group import log_format as fmt
 from onceflow.broker.group.config import GroupCoordinatorConfig
-from onceflow.broker.group.consumer_groups import (
-    ConsumerGroup,
-    ConsumerGroups,
-    HeartbeatRequest,
-    HeartbeatResult,
-    TopicLookup,
-)
+from onceflow.broker.group.consumer_group import ConsumerGroup, HeartbeatRequest, HeartbeatResult, TopicLookup
+from onceflow.broker.group.consumer_groups import ConsumerGroups
 from onceflow.broker.group.descriptions import (
     GroupDescription,
     GroupListing,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from onceflow.broker import authorized_operations
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group.assignment import Assignment
-from onceflow.broker.group.consumer_groups import ConsumerGroup
+from onceflow.broker.group.consumer_group import ConsumerGroup
 from onceflow.broker.security.access import DESCRIBE, GROUP, authorize, operations
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for
 from onceflow.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse

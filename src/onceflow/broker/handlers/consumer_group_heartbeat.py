@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from onceflow.broker.context import RequestContext
 from onceflow.broker.group import assignment as a
-from onceflow.broker.group.consumer_groups import HeartbeatRequest
+from onceflow.broker.group.consumer_group import HeartbeatRequest
 from onceflow.broker.group.handler_support import client_host
 from onceflow.broker.security.access import GROUP, READ, authorize
 from onceflow.protocol.errors import ErrorCode, KafkaError, error_code_for

@@ -1,7 +1,11 @@
 """DeleteAcls (31): remove every ACL each filter matches (``kafka-acls --remove``, ``onceflow acls
 remove``), answering with what each filter matched. Needs ALTER on the cluster; a filter with an
 unknown field is INVALID_REQUEST; the removals are saved before the answer. Without an authorizer
-every filter fails with SECURITY_DISABLED and matches nothing, as in Kafka."""
+every filter fails with SECURITY_DISABLED and matches nothing, as in Kafka.
+
+On a cluster broker the request goes on to the active controller (``controller.acls``), which writes a
+RemoveAccessControlEntryRecord per matched ACL; the answer goes once this broker's image has lost
+them, and every other broker stops enforcing them once its image has."""
 
 from __future__ import annotations
 
@@ -10,10 +14,11 @@ import logging
 from kafka.protocol.admin import DeleteAclsRequest, DeleteAclsResponse
 
 from onceflow.broker.context import RequestContext
+from onceflow.broker.forwarding import forward, wait_visible
 from onceflow.broker.handlers.describe_acls import NO_AUTHORIZER
 from onceflow.broker.security.access import ALTER, CLUSTER, authorize
-from onceflow.broker.security.acls import AclBindingFilter
-from onceflow.protocol.errors import ErrorCode
+from onceflow.broker.security.acls import AclBinding, AclBindingFilter
+from onceflow.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +47,8 @@ async def handle(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsR
     authorizer = ctx.services.authorizer
     if authorizer is None:
         return _failed(len(filters), ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
+    if ctx.services.security_from_metadata:
+        return await _forwarded(ctx, request)
     parsed = [
         AclBindingFilter.from_wire(
             f.resource_type_filter,
@@ -95,3 +102,28 @@ async def handle(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsR
             )
         )
     return DeleteAclsResponse(throttle_time_ms=0, filter_results=results)
+
+
+async def _forwarded(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
+    try:
+        response = await forward(ctx, request)
+    except KafkaError as exc:
+        return _failed(len(request.filters or []), exc.code, str(exc))
+    removed = [
+        AclBinding.from_wire(
+            m.resource_type,
+            m.resource_name,
+            m.pattern_type,
+            m.principal,
+            m.host,
+            m.operation,
+            m.permission_type,
+        )
+        for result in response.filter_results
+        for m in result.matching_acls or []
+    ]
+    if removed:
+        await wait_visible(ctx, lambda image: all(image.acl_id(b) is None for b in removed))
+        for binding in removed:
+            log.info("ACL removed by %s: %s", ctx.session.principal, binding.describe())
+    return response

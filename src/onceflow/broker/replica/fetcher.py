@@ -39,6 +39,8 @@ from onceflow.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from onceflow.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
+# A leader whose authorizer does not let this broker replicate (no CLUSTER_ACTION on the cluster).
+_DENIED = frozenset({ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
 
 PartitionKey = tuple[str, int]
 
@@ -115,6 +117,7 @@ class ReplicaFetcher:
         self._states: dict[PartitionKey, PartitionFetchState] = {}
         self._in_flight: FetcherRequest | None = None
         self.failed: set[PartitionKey] = set()  # fenced: waiting for new metadata
+        self._denial_logged = False  # the leader's authorizer refuses us: said once, at WARNING
 
     # -- membership ------------------------------------------------------------------------------
 
@@ -336,6 +339,15 @@ class ReplicaFetcher:
             return True
         if error == ErrorCode.FENCED_LEADER_EPOCH:
             return self._fenced(key)
+        if error in _DENIED and not self._denial_logged:
+            self._denial_logged = True
+            log.warning(
+                "%s: broker %d's authorizer refuses this broker's fetches (%s): its inter-broker principal "
+                "needs CLUSTER_ACTION on the cluster (a super user; see docs/security.md, 'In a cluster')",
+                partition.name,
+                self.leader_id,
+                error.name,
+            )
         log.debug("%s: fetch from %d failed with %s", partition.name, self.leader_id, error.name)
         return False
 

@@ -43,7 +43,8 @@ from onceflow.broker.replica.image_view import ImageBrokerView
 from onceflow.broker.replica.isr import AlterPartitionProposal
 from onceflow.broker.replica.partition import FetchAnswer, ReplicatedPartition
 from onceflow.log.append_origin import AppendOrigin
-from onceflow.log.log import AppendResult, Log
+from onceflow.log.log import Log
+from onceflow.log.log_append import AppendResult
 from onceflow.log.offset_checkpoint import read_offsets, write_offsets
 from onceflow.metadata.delta import local_changes
 from onceflow.metadata.image import NO_LEADER, MetadataImage

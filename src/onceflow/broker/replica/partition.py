@@ -42,7 +42,8 @@ from onceflow.broker.replica.isr import (
 )
 from onceflow.log.append_origin import AppendOrigin
 from onceflow.log.follower_append import FollowerAppendResult, append_as_follower
-from onceflow.log.log import AppendResult, Log
+from onceflow.log.log import Log
+from onceflow.log.log_append import AppendResult
 from onceflow.metadata.image import NO_LEADER, PartitionRegistration
 from onceflow.protocol.errors import ErrorCode, NotEnoughReplicas, NotLeaderOrFollower
 from onceflow.protocol.records import BatchHeader

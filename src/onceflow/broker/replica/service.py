@@ -24,7 +24,7 @@ from onceflow.broker.replica.fetcher import (
 )
 from onceflow.broker.replica.manager import ReplicaManager, ToController, ToLeader
 from onceflow.log.append_origin import AppendOrigin
-from onceflow.log.log import AppendResult
+from onceflow.log.log_append import AppendResult
 from onceflow.protocol.errors import ErrorCode
 from onceflow.protocol.records import BatchHeader
 

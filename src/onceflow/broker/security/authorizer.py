@@ -17,7 +17,8 @@ For an action (operation O on the resource of type T named N, by principal P fro
 Every denial of an action the client asked for is logged at INFO, one line each, on the
 ``onceflow.authorizer`` logger, in Kafka's authorizer-log words; filtering denials (listing topics,
 authorized operations) are logged at DEBUG. ACL changes are saved (``acl_store``) before they apply,
-and decisions are cached until the next change.
+and decisions are cached until the next change. On a cluster broker the ACLs are the metadata
+image's: the controller decides changes, and :meth:`StandardAuthorizer.replace` applies the image's.
 """
 
 from __future__ import annotations
@@ -220,6 +221,13 @@ class StandardAuthorizer:
             self._acls = remaining
             self._index()
         return matched
+
+    def replace(self, acls: Iterable[AclBinding]) -> None:
+        """A cluster broker: the ACLs are now these (its metadata image's), nothing saved."""
+        acls = set(acls)
+        if acls != self._acls:
+            self._acls = acls
+            self._index()
 
     def __len__(self) -> int:
         return len(self._acls)

@@ -80,6 +80,7 @@ _BROKER_KEYS = frozenset(
     {
         "security.inter.broker.protocol",
         "sasl.mechanism.inter.broker.protocol",
+        "sasl.mechanism.controller.protocol",
         "authorizer",
         "authorizer.class.name",
         "super.users",
@@ -152,10 +153,10 @@ class SecurityConfig:
         loopback, and no authorizer that would stop an anonymous client."""
         if self.authorizer is not None and not self.authorizer.allow_everyone_if_no_acl_found:
             return []
-        return [lst for lst in self.listeners if not lst.authenticates and not _loopback(lst.host)]
+        return [lst for lst in self.listeners if not lst.authenticates and not is_loopback(lst.host)]
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
@@ -196,6 +197,11 @@ def security_config(
         for name, host, port in listeners
     ]
     return SecurityConfig(tuple(built), _authorizer(properties))
+
+
+def listener_setting(properties: Mapping[str, str], listener: str):
+    """``get(key)``: a setting as ``listener`` sees it, its ``listener.name.<listener>.`` form first."""
+    return _getter(properties, listener)
 
 
 def _getter(properties: Mapping[str, str], listener: str):

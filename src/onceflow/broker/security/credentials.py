@@ -2,33 +2,35 @@
 
 ``ScramStore`` is the seam, as ``quotas.store``: the broker loads every credential at start and saves
 the whole set after each accepted AlterUserScramCredentials, before answering it, so an acknowledged
-change survives a crash. Today's store is ``<data-dir>/scram-credentials.json`` written atomically;
-the cluster work keeps them as UserScramCredentialRecord / RemoveUserScramCredentialRecord in the
-metadata log behind the same two calls. The file holds salts and derived keys, never passwords, and is
+change survives a crash. A single node's store is ``<data-dir>/scram-credentials.json`` written
+atomically; a cluster keeps them as UserScramCredentialRecord / RemoveUserScramCredentialRecord in
+its metadata log. The file holds salts and derived keys, never passwords, and is
 written readable by its owner only.
 
-Alter and describe follow Kafka's controller and image (``ScramControlManager``, ``ScramImage``): one
-change per user per request (a second is DUPLICATE_RESOURCE for that user), an empty name
-UNACCEPTABLE_CREDENTIAL, an unknown mechanism UNSUPPORTED_SASL_MECHANISM, iterations outside
-4096..16384 UNACCEPTABLE_CREDENTIAL, deleting what does not exist RESOURCE_NOT_FOUND.
+Alter and describe follow Kafka's controller and image (``ScramControlManager``, ``ScramImage``; the
+checks are ``metadata.scram.plan_alteration``, which a cluster's controller applies too).
+
+On a cluster broker the store is the metadata image's (``ImageScramStore`` in
+``broker.cluster_metadata``): AlterUserScramCredentials goes to the active controller, and the
+credentials change here when the image does (:meth:`ScramCredentials.replace`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from onceflow.broker.security.scram import (
-    MAX_ITERATIONS,
-    MECHANISMS_BY_ID,
-    MIN_ITERATIONS,
-    ScramCredential,
-    credential_from_salted_password,
-)
 from onceflow.log.durable_file import write_atomically
+from onceflow.metadata.scram import (
+    MECHANISMS_BY_ID,
+    Deletion,
+    ScramCredential,
+    Upsertion,
+    credential_from_salted_password,
+    plan_alteration,
+)
 from onceflow.protocol.errors import ErrorCode
 
 FILE_NAME = "scram-credentials.json"
@@ -77,21 +79,6 @@ class FileScramStore:
             ],
         }
         write_atomically(self.path, json.dumps(document, indent=1) + "\n", mode=0o600)
-
-
-@dataclass(frozen=True)
-class Upsertion:
-    user: str
-    mechanism: int  # Kafka's ScramMechanism id: 1 SHA-256, 2 SHA-512
-    iterations: int
-    salt: bytes
-    salted_password: bytes
-
-
-@dataclass(frozen=True)
-class Deletion:
-    user: str
-    mechanism: int
 
 
 Result = tuple[str, ErrorCode, str | None]  # (user, error, message)
@@ -149,56 +136,12 @@ class ScramCredentials:
         return results
 
     def alter(self, upsertions: list[Upsertion], deletions: list[Deletion]) -> list[Result]:
-        """Check every change as Kafka's controller does, apply the valid ones together and save them
-        (OSError if the store cannot be written: then nothing changed). One result per user."""
-        errors: dict[str, tuple[ErrorCode, str]] = {}
-        to_delete: dict[str, Deletion] = {}
-        to_upsert: dict[str, Upsertion] = {}
-        duplicate = (
-            ErrorCode.DUPLICATE_RESOURCE,
-            "A user credential cannot be altered twice in the same request",
+        """Check every change as Kafka's controller does (``metadata.scram.plan_alteration``), apply
+        the valid ones together and save them (OSError if the store cannot be written: then nothing
+        changed). One result per user."""
+        to_delete, to_upsert, errors = plan_alteration(
+            lambda user, mechanism: (user, mechanism) in self._credentials, upsertions, deletions
         )
-        for deletion in deletions:
-            if deletion.user in errors:
-                continue
-            if to_delete.pop(deletion.user, None) is not None:
-                errors[deletion.user] = duplicate
-                continue
-            error = _check_name(deletion.user, deletion.mechanism)
-            if (
-                error is None
-                and (deletion.user, MECHANISMS_BY_ID[deletion.mechanism]) not in self._credentials
-            ):
-                error = (
-                    ErrorCode.RESOURCE_NOT_FOUND,
-                    "Attempt to delete a user credential that does not exist",
-                )
-            if error is not None:
-                errors[deletion.user] = error
-            else:
-                to_delete[deletion.user] = deletion
-        for upsertion in upsertions:
-            if upsertion.user in errors:
-                continue
-            if (
-                to_delete.pop(upsertion.user, None) is not None
-                or to_upsert.pop(upsertion.user, None) is not None
-            ):
-                errors[upsertion.user] = duplicate
-                continue
-            error = _check_name(upsertion.user, upsertion.mechanism)
-            if error is None and upsertion.iterations < MIN_ITERATIONS:
-                error = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations")
-            elif error is None and upsertion.iterations > MAX_ITERATIONS:
-                error = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations")
-            elif error is None and not upsertion.salt:
-                error = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "The salt must not be empty")
-            elif error is None and not upsertion.salted_password:
-                error = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "The salted password must not be empty")
-            if error is not None:
-                errors[upsertion.user] = error
-            else:
-                to_upsert[upsertion.user] = upsertion
         changed = dict(self._credentials)
         for deletion in to_delete.values():
             del changed[(deletion.user, MECHANISMS_BY_ID[deletion.mechanism])]
@@ -214,6 +157,10 @@ class ScramCredentials:
         results += [(user, ErrorCode.NONE, None) for user in to_upsert]
         results += [(user, code, message) for user, (code, message) in errors.items()]
         return results
+
+    def replace(self, credentials: Mapping[Key, ScramCredential]) -> None:
+        """A cluster broker: the credentials are now these (its metadata image's), nothing saved."""
+        self._credentials = dict(credentials)
 
     def set_credential(self, user: str, mechanism: str, credential: ScramCredential) -> None:
         """Offline administration (``onceflow users scram set --data-dir``): set one and save."""
@@ -235,11 +182,3 @@ class ScramCredentials:
         for (user, mechanism), credential in sorted(self._credentials.items()):
             result.setdefault(user, {})[mechanism] = credential.iterations
         return result
-
-
-def _check_name(user: str, mechanism: int) -> tuple[ErrorCode, str] | None:
-    if not user:
-        return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
-    if mechanism not in MECHANISMS_BY_ID:
-        return ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
-    return None

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from onceflow.client.security import ClientSecurity, client_security
+from onceflow.client.security import ClientSecurity, client_security, with_security_fields
 from onceflow.protocol.errors import InvalidConfig
 
 READ_UNCOMMITTED = "read_uncommitted"
@@ -25,6 +25,7 @@ GROUP_PROTOCOLS = (CLASSIC, CONSUMER)
 
 
 @dataclass(slots=True)
+@with_security_fields  # TLS and SASL, librdkafka's names (client/security.py); PLAINTEXT by default
 class ConsumerConfig:
     bootstrap_servers: str = "127.0.0.1:9092"
     client_id: str = "onceflow-consumer"
@@ -58,16 +59,6 @@ class ConsumerConfig:
     retry_backoff_ms: int = 100
     check_crcs: bool = True
     metadata_max_age_ms: int = 300000
-    # TLS and SASL, librdkafka's names (client/security.py); PLAINTEXT by default.
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: str | None = field(default=None, repr=False)
-    ssl_ca_location: str | None = None
-    ssl_certificate_location: str | None = None
-    ssl_key_location: str | None = None
-    ssl_key_password: str | None = field(default=None, repr=False)
-    ssl_endpoint_identification_algorithm: str = "https"
     # Sent as Metadata's allow_auto_topic_creation when asking for the subscribed topics: a broker with
     # auto.create.topics.enable creates a missing one only if this allows it too.
     allow_auto_create_topics: bool = True

@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from onceflow.client.security import ClientSecurity, client_security
+from onceflow.client.security import ClientSecurity, client_security, with_security_fields
 from onceflow.protocol.compression import codec_for_name
 from onceflow.protocol.errors import InvalidConfig
 
@@ -34,6 +34,7 @@ ROUND_ROBIN_NAMES = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
+@with_security_fields  # TLS and SASL, librdkafka's names (client/security.py); PLAINTEXT by default
 class ProducerConfig:
     bootstrap_servers: str = "127.0.0.1:9092"
     client_id: str = "onceflow-producer"
@@ -63,16 +64,6 @@ class ProducerConfig:
     # coordinator: prepare_transaction(), complete_transaction(), init_transactions(keep_prepared_txn=True),
     # and the broker never aborts them on a timeout (it must allow it: the broker's setting of the same name).
     transaction_two_phase_commit_enable: bool = False
-    # TLS and SASL, librdkafka's names (client/security.py); PLAINTEXT by default.
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: str | None = field(default=None, repr=False)
-    ssl_ca_location: str | None = None
-    ssl_certificate_location: str | None = None
-    ssl_key_location: str | None = None
-    ssl_key_password: str | None = field(default=None, repr=False)
-    ssl_endpoint_identification_algorithm: str = "https"
     # Not a Kafka setting: allows idempotence with more than 5 in flight, which the broker cannot
     # deduplicate. Exists only to demonstrate that failure (the seeds' six-in-flight flow).
     unsafe_allow_max_in_flight_above_5: bool = False
