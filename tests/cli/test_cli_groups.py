@@ -115,7 +115,8 @@ def test_describe_an_empty_group_shows_committed_offsets_log_ends_and_lag(bootst
     commit(bootstrap, group, {TP(topic, 0): 2, TP(topic, 2): 0})
     result = groups(bootstrap, "describe", group)
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0] == f"group {group}: Empty"
+    # the header names the coordinator: the broker to watch (or kill) on a cluster
+    assert result.output.splitlines()[0] == f"group {group}: Empty, coordinator 0 ({bootstrap})"
     # partition 1 has no committed offset and no owner: not shown
     assert rows(result.output) == [
         [topic, "0", "2", "5", "3", "-", "-", "-"],
@@ -140,10 +141,13 @@ def test_describe_a_live_group_names_the_owner_of_each_partition(bootstrap, prot
         [topic, "2", "-", "0", "-", identity.member_id, MEMBER_CLIENT_ID],
     ]
     if protocol == "consumer":
-        assert header.endswith(f", consumer protocol at group epoch {identity.generation_id}")
+        assert header.endswith(
+            f", consumer protocol at group epoch {identity.generation_id}, coordinator 0 ({bootstrap})"
+        )
         assert f"member {identity.member_id} at epoch {identity.generation_id}" in result.output
     else:
-        assert header == f"group {group}: Stable, assignor range" and " at epoch " not in result.output
+        assert header == f"group {group}: Stable, assignor range, coordinator 0 ({bootstrap})"
+        assert " at epoch " not in result.output
 
 
 def test_describe_a_group_that_does_not_exist(bootstrap):

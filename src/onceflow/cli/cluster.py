@@ -7,6 +7,9 @@ so the same cluster comes back on the next ``up``. It prints the bootstrap list,
 every node (controlled shutdown first). A node that dies on its own leaves the others running (so a
 failover can be watched), and its restart command is printed.
 
+``cluster down --data-dir DIR`` stops every node of that cluster that runs, whoever started it (a node
+restarted by hand after a kill too): SIGTERM, so each shuts down under control, to the pid in its lock.
+
 ``cluster status`` shows the brokers (fenced or not), the active controller, how many partition
 leaderships each broker holds, and each partition's ISR and its followers' lag (how many offsets
 each follower's log end is behind the leader's), with the under-replicated partitions counted.
@@ -14,6 +17,7 @@ each follower's log end is behind the leader's), with the under-replicated parti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -127,6 +131,8 @@ def up(brokers, data_dir, configs):
         _wait_ready(processes)
         bootstrap = ",".join(f"127.0.0.1:{n['port']}" for n in nodes)
         out.print(f"cluster of {len(nodes)} nodes up; bootstrap servers: {bootstrap}")
+        for node, proc, _log in processes:  # the pid to kill -9 when watching a failover
+            out.print(f"node {node['id']}: pid {proc.pid}, 127.0.0.1:{node['port']}")
         out.print(f"logs: {data_dir}/node-<id>.log; Ctrl-C stops every node")
         sys.stdout.flush()
         running = list(processes)
@@ -139,7 +145,7 @@ def up(brokers, data_dir, configs):
                     running.remove(entry)
                     command = shlex.join(node_command(node, nodes, data_dir, configs))
                     out.print(
-                        f"node {node['id']} exited with {proc.returncode} (see {log_path}); "
+                        f"node {node['id']} {_exit_status(proc.returncode)} (see {log_path}); "
                         f"the others keep running. To restart it: {command}"
                     )
                     sys.stdout.flush()
@@ -150,6 +156,16 @@ def up(brokers, data_dir, configs):
         pass
     finally:
         _stop_all(processes)
+
+
+def _exit_status(returncode: int) -> str:
+    """``exited with 1``, or ``was killed by SIGKILL`` for a node a signal ended (Popen's -9)."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with {returncode}"
 
 
 def _wait_ready(processes) -> None:
@@ -163,7 +179,7 @@ def _wait_ready(processes) -> None:
                 waiting.remove(entry)
             elif proc.poll() is not None:
                 tail = "\n".join(text.splitlines()[-5:])
-                raise click.ClickException(f"node {node['id']} exited with {proc.returncode}:\n{tail}")
+                raise click.ClickException(f"node {node['id']} {_exit_status(proc.returncode)}:\n{tail}")
         if time.monotonic() > deadline:
             ids = ", ".join(str(entry[0]["id"]) for entry in waiting)
             raise click.ClickException(
@@ -183,6 +199,61 @@ def _stop_all(processes) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def running_nodes(data_dir: Path) -> list[tuple[int, int]]:
+    """``(node id, pid)`` of each node of the cluster in ``data_dir`` that runs: the pid in its data
+    dir's lock, if that process is an ``onceflow serve`` of that very data dir (a pid left in a stale
+    lock may since belong to something else)."""
+    found = []
+    for lock in sorted(data_dir.glob("node-*/.lock")):
+        try:
+            pid = int(lock.read_text().split()[0])
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"serve" in argv and str(lock.parent).encode() in argv:
+            found.append((int(lock.parent.name.removeprefix("node-")), pid))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie that its parent has not reaped yet has stopped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+@cluster.command()
+@click.option(
+    "--data-dir",
+    default="./onceflow-cluster",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The data dir given to `cluster up`.",
+)
+def down(data_dir):
+    """Stop every running node of the cluster in DATA_DIR (those restarted by hand too)."""
+    if not (data_dir / CLUSTER_FILE).exists():
+        raise click.ClickException(
+            f"{data_dir} holds no cluster (no {CLUSTER_FILE}): give the --data-dir of `cluster up`"
+        )
+    nodes = running_nodes(data_dir)
+    for node_id, pid in nodes:
+        out.print(f"stopping node {node_id} (pid {pid})")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 40
+    while nodes and time.monotonic() < deadline:
+        nodes = [(node_id, pid) for node_id, pid in nodes if _running(pid)]
+        time.sleep(0.2)
+    for node_id, pid in nodes:  # not down under control in time
+        out.print(f"node {node_id} (pid {pid}) did not stop within 40s: killed")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    out.print(f"no node of {data_dir} is running")
 
 
 @cluster.command()
@@ -268,7 +339,7 @@ async def _partition_lag(brokers, topics) -> list[dict]:
     (ListOffsets as Kafka's debug consumer, replica id -2, which a follower answers too)."""
     from kafka.protocol.consumer import ListOffsetsRequest
 
-    from onceflow.client.connection import Connection
+    from onceflow.client.connection import BrokerConnectionError, Connection
 
     held: dict[int, dict[str, list[int]]] = {}
     for topic in topics:
@@ -298,7 +369,9 @@ async def _partition_lag(brokers, topics) -> list[dict]:
         )
         try:
             conn = await Connection.open(broker.host, broker.port)
-        except OSError:
+        except (OSError, BrokerConnectionError):
+            # A broker killed a moment ago is still listed unfenced until its session times out:
+            # its replicas' lag is unknown ("?"), and the status of the others is still shown.
             continue
         try:
             answer = await conn.send(request, version=min(4, conn.broker_versions[2][1]))

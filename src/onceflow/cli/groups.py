@@ -89,9 +89,10 @@ def describe(group_id, bootstrap):
 
     async def work(admin: AsyncAdminClient):
         description = await admin.describe_group(group_id)
-        return description, await _offsets_and_log_ends(admin, group_id, description)
+        coordinator = await admin.group_coordinator(group_id)
+        return description, coordinator, await _offsets_and_log_ends(admin, group_id, description)
 
-    group, offsets = _run(bootstrap, work)
+    group, (node_id, host, port), offsets = _run(bootstrap, work)
     if group.state == "Dead" and not group.members and not offsets:
         # What a coordinator answers for a group it does not know (as Kafka's tool says it).
         raise click.ClickException(
@@ -105,6 +106,8 @@ def describe(group_id, bootstrap):
             if group.group_type == "consumer"
             else ""
         )
+        # which broker to watch (or kill -9) to see the group move to another coordinator
+        + f", coordinator {node_id} ({host}:{port})"
     )
     owner = {tp: m for m in group.members for tp in m.assignment}
     table = Table()

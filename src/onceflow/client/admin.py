@@ -310,6 +310,10 @@ class AsyncAdminClient(SecurityAdmin):
             grouped.setdefault(conn, {}).setdefault(tp.topic, []).append(value)
         return grouped
 
+    async def group_coordinator(self, group_id: str) -> tuple[int, str, int]:
+        """The broker coordinating ``group_id``: ``(node id, host, port)``, as FindCoordinator names it."""
+        return await find_coordinator(await self._client.any_connection(), group_id, 0)
+
     async def _coordinator(self, key: str, key_type: int = 0) -> Connection:
         _node, host, port = await find_coordinator(await self._client.any_connection(), key, key_type)
         return await self._conn_to(host, port)
