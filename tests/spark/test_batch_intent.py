@@ -63,3 +63,17 @@ def test_the_guarantee_option_and_its_producer_settings():
         )
     with pytest.raises(ValueError, match="exactly-once-atomic"):
         parse_sink_options({"kafka.bootstrap.servers": "x:1", "topic": "t", "guarantee": "atomic"})
+
+
+def test_a_batch_intent_is_created_once_and_a_withdrawn_one_can_be_taken_again(tmp_path):
+    log = IntentLog(tmp_path)
+    first = BatchIntent(4, {"s-0": "7:1"}, decided_ms=5)
+    second = BatchIntent(4, {"s-0": "9:2"}, decided_ms=6)
+    assert log.create(first) is None
+    assert log.create(second) == first  # the second driver finds the first's decision
+    log.withdraw(second)  # not its intent: nothing happens
+    assert log.read(4) == first
+    log.withdraw(first)
+    assert log.read(4) is None
+    assert log.create(second) is None and log.read(4) == second
+    assert not any(p.name.endswith(".tmp") for p in log.directory.iterdir())

@@ -10,6 +10,13 @@ written only by the task reading input partition P). What is checked:
   intent is durable and before any completion (the prepared transactions then hold the LSO and
   `onceflow txn list` shows them), with the broker restarted before the query resumes; the driver
   killed after one of the two completions; a task failing after it prepared;
+- two drivers on one checkpoint: the first pauses in its commit of a batch, the second replays the
+  batch (its tasks take the transactional ids over, aborting what the first prepared) and pauses likewise;
+  the first then finds its transactions gone and stops, fenced, without touching the second's; the
+  second completes the query, and the output is the failure-free run's;
+- the same two drivers' commits without Spark (a driver whose prepared transactions were taken over
+  is fenced and leaves the other's alone; a driver that finds another's intent for its batch too), and
+  an intent whose transaction a dead driver took over without completing it is still committed;
 - a broker without KIP-939 is refused in one line.
 
 One broker for the module, the session's SparkSession; child drivers where a driver must die.
@@ -17,6 +24,8 @@ One broker for the module, the session's SparkSession; child drivers where a dri
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -32,12 +41,19 @@ from tests.helpers.broker import BrokerProcess, TansuProcess, tansu_binary  # no
 from tests.spark.test_sink_faults import by_partition, start_child_driver, wait_child  # noqa: E402
 
 from onceflow.cli.main import cli  # noqa: E402
-from onceflow.client import AdminClient, SimpleClient  # noqa: E402
+from onceflow.client import AdminClient, Producer, SimpleClient  # noqa: E402
 from onceflow.client.consumer import Consumer  # noqa: E402
 from onceflow.spark.batch_intent import IntentLog  # noqa: E402
+from onceflow.spark.exactly_once import transactional_id_for  # noqa: E402
+from onceflow.spark.faults import FAULT_DIR_ENV  # noqa: E402
 from onceflow.spark.pipeline import PipelineConfig, run_pipeline  # noqa: E402
-from onceflow.spark.sink_options import EXACTLY_ONCE, EXACTLY_ONCE_ATOMIC  # noqa: E402
-from onceflow.spark.two_phase import check_broker_supports_two_phase_commit  # noqa: E402
+from onceflow.spark.sink import BatchAtomicCommits, SinkCommitMessage, SinkFenced  # noqa: E402
+from onceflow.spark.sink_options import EXACTLY_ONCE, EXACTLY_ONCE_ATOMIC, parse_sink_options  # noqa: E402
+from onceflow.spark.two_phase import (  # noqa: E402
+    check_broker_supports_two_phase_commit,
+    complete_all,
+    two_phase_settings,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -241,6 +257,129 @@ def test_a_task_failing_after_it_prepared_is_retried(broker, input_topic, refere
     )
     assert wait_child(proc, timeout=600) == 0, log_path.read_text()[-3000:]
     assert "fail-task-after-prepare:1" in log_path.read_text()  # the fault did fire
+    assert by_partition(broker.bootstrap, output) == reference
+
+
+def prepare_batch(bootstrap: str, options, output: str, batch_id: int, tag: bytes) -> list[SinkCommitMessage]:
+    """What the tasks of one driver report for ``batch_id``: each of the two ids' transaction, rows
+    tagged ``tag``, prepared (taking each id over from whoever had it, as a task does)."""
+    messages = []
+    for partition in (0, 1):
+        transactional_id = transactional_id_for(options.transactional_id_prefix, partition)
+        producer = Producer(two_phase_settings(options, transactional_id))
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(output, tag + b"-%d" % partition, partition=partition)
+            state = producer.prepare_transaction()
+        finally:
+            producer.close()
+        messages.append(SinkCommitMessage(partition, 0, batch_id, 1, False, transactional_id, str(state)))
+    return messages
+
+
+def test_a_driver_whose_prepared_transactions_were_taken_over_is_fenced(broker, tmp_path):
+    """The drivers' side of two drivers on one checkpoint, without Spark: the first driver's tasks
+    prepare batch 1, the second driver's tasks take the ids over and prepare it again; the first
+    driver's commit then raises SinkFenced, completes nothing and leaves the second's transactions
+    prepared, so that the second's commit publishes its batch."""
+    output = new_output(broker, "atomic-fenced")
+    options = parse_sink_options(
+        {
+            "kafka.bootstrap.servers": broker.bootstrap,
+            "topic": output,
+            "guarantee": EXACTLY_ONCE_ATOMIC,
+            "checkpointLocation": str(tmp_path),
+            "transactional.id.prefix": f"fenced-{output}",
+        }
+    )
+    first, second = BatchAtomicCommits(options), BatchAtomicCommits(options)
+    first_messages = prepare_batch(broker.bootstrap, options, output, 1, b"first")
+    second_messages = prepare_batch(broker.bootstrap, options, output, 1, b"second")
+    with pytest.raises(SinkFenced, match="this driver is fenced") as info:
+        first.commit(first_messages, 1)
+    assert "another writer took over" in str(info.value) and "\n" not in str(info.value)
+    assert IntentLog(tmp_path).read(1) is None  # its intent taken back
+    first.abort(first_messages, 1)  # what Spark does next: it must leave the second's alone
+    with AdminClient(broker.bootstrap) as admin:
+        for message in second_messages:
+            assert admin.describe_transaction(message.transactional_id).state == "Ongoing"
+    second.commit(second_messages, 1)
+    assert IntentLog(tmp_path).read(1).completed
+    assert by_partition(broker.bootstrap, output) == {0: [(None, b"second-0")], 1: [(None, b"second-1")]}
+    # A driver that finds another's intent for its batch is fenced too (before touching anything).
+    with pytest.raises(SinkFenced, match="another driver decided this batch first"):
+        first.commit(first_messages, 1)
+
+
+def test_an_intent_a_dead_driver_took_over_but_did_not_complete_is_committed(broker, tmp_path):
+    """A driver that died completing an intent may have taken an id over (InitProducerId with
+    keepPreparedTxn) without its EndTxn: the transaction stays prepared, under a later epoch on our
+    broker. Finishing the intent commits it all the same."""
+    output = new_output(broker, "atomic-kept")
+    options = parse_sink_options(
+        {
+            "kafka.bootstrap.servers": broker.bootstrap,
+            "topic": output,
+            "guarantee": EXACTLY_ONCE_ATOMIC,
+            "transactional.id.prefix": f"kept-{output}",
+        }
+    )
+    messages = prepare_batch(broker.bootstrap, options, output, 1, b"kept")
+    decided_ms = time.time_ns() // 1_000_000
+    taker = Producer(two_phase_settings(options, messages[0].transactional_id))
+    taker.init_transactions(keep_prepared_txn=True)  # the dead driver's completion, cut short
+    taker.close()
+    transactions = {m.transactional_id: m.prepared for m in messages}
+    assert complete_all(options, transactions, decided_ms=decided_ms) == 2
+    assert by_partition(broker.bootstrap, output) == {0: [(None, b"kept-0")], 1: [(None, b"kept-1")]}
+
+
+def wait_paused(proc, signals: Path, log_path: Path, timeout: float = 600) -> None:
+    """Until the child driver's ``pause-driver-before-intent`` fault point is reached."""
+    deadline = time.monotonic() + timeout
+    while not (signals / "paused").exists():
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the driver did not reach its commit"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(
+    1200
+)  # two driver starts: a few seconds each on an idle machine, minutes on a saturated one
+def test_two_drivers_on_one_checkpoint_the_fenced_one_commits_nothing(
+    broker, input_topic, reference, tmp_path
+):
+    """The whole input in one batch (each driver runs batch 0 only), so that the two drivers cost
+    little more than their start."""
+    output = new_output(broker, "atomic-two-drivers")
+    config = config_for(broker, input_topic, output, tmp_path / "ckpt")
+    config.max_offsets_per_trigger = RECORDS
+    procs, logs, signals = {}, {}, {}
+    try:
+        for name in ("first", "second"):  # the second starts once the first's batch 0 is prepared
+            signals[name] = tmp_path / name
+            signals[name].mkdir()
+            logs[name] = tmp_path / f"{name}.log"
+            procs[name] = start_child_driver(
+                config, "pause-driver-before-intent:0", logs[name], env={FAULT_DIR_ENV: str(signals[name])}
+            )
+            wait_paused(procs[name], signals[name], logs[name])
+        # Both drivers have batch 0 prepared by their tasks; the second's took the ids last.
+        (signals["first"] / "go").touch()
+        assert wait_child(procs["first"], timeout=300) != 0
+        assert "this driver is fenced" in logs["first"].read_text(), logs["first"].read_text()[-3000:]
+        assert IntentLog(tmp_path / "ckpt").read() is None  # its intent was taken back
+        (signals["second"] / "go").touch()
+        assert wait_child(procs["second"], timeout=300) == 0, logs["second"].read_text()[-3000:]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:  # a failed assertion: the drivers stop with the test
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    intent = IntentLog(tmp_path / "ckpt").read()
+    assert intent.batch_id == 0 and intent.completed
     assert by_partition(broker.bootstrap, output) == reference
 
 

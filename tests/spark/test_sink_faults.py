@@ -114,9 +114,10 @@ def start_child_driver(
     launcher: list[str] | None = None,
     cwd: Path | None = None,
     extra_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
     """``onceflow pipeline run`` (``launcher``: the command that runs the CLI) in its own session with a
-    fault point set."""
+    fault point set (``env``: more environment variables, e.g. the fault's directory)."""
     output = ["--output", config.output] if config.output is not None else []
     command = [
         *(launcher or [sys.executable, "-m", "onceflow"]),
@@ -140,7 +141,7 @@ def start_child_driver(
         "ERROR",
         *extra_args,
     ]
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", **{FAULT_ENV: fault})
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", **{FAULT_ENV: fault}, **(env or {}))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
     with log_path.open("wb") as log_file:
         return subprocess.Popen(

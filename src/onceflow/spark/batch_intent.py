@@ -5,7 +5,8 @@ One file per batch, ``<checkpoint>/onceflow-sink/intents/<batch id>``, holds the
 every task's transactional id with the :class:`~onceflow.client.producer.PreparedTxnState` (as text)
 its task prepared, when the intent was taken, and, once all of them are completed, when that was. A
 file is written whole (a temporary file, fsync, rename, fsync of the directory), so a crash leaves
-the previous content or the new one, never a torn file. Only the last batch's intent can be
+the previous content or the new one, never a torn file. The driver's commit creates the file only if
+the batch has none (:meth:`IntentLog.create`): of two drivers on one checkpoint, one decides a batch. Only the last batch's intent can be
 unfinished: a batch begins only after the previous batch's commit returned, and that commit completed
 every transaction of its intent first. Older files are removed beyond :data:`INTENTS_KEPT` (as
 Spark keeps its own logs for a while).
@@ -35,6 +36,7 @@ class BatchIntent:
     decided_ms: int = 0  # when the intent was taken (wall clock, ms; durable a write later)
     completed_ms: int | None = None  # when every transaction was completed
     batch_end_ms: int = 0  # when the driver's commit began: every task had prepared and reported
+    tasks_ended_ms: int = 0  # when the batch's last task prepared its transaction
 
     @property
     def completed(self) -> bool:
@@ -48,6 +50,7 @@ class BatchIntent:
                 "decided_ms": self.decided_ms,
                 "completed_ms": self.completed_ms,
                 "batch_end_ms": self.batch_end_ms,
+                "tasks_ended_ms": self.tasks_ended_ms,
             },
             sort_keys=True,
         )
@@ -61,6 +64,7 @@ class BatchIntent:
             data["decided_ms"],
             data["completed_ms"],
             data.get("batch_end_ms", 0),
+            data.get("tasks_ended_ms", 0),
         )
 
 
@@ -109,20 +113,54 @@ class IntentLog:
         except FileNotFoundError:
             return None
 
-    def write(self, intent: BatchIntent) -> None:
-        """Durably write the batch's intent: once this returns, a crash cannot lose it."""
+    def write(self, intent: BatchIntent, *, durable: bool = True) -> None:
+        """Durably write the batch's intent: once this returns, a crash cannot lose it. Not
+        ``durable``: written whole, without waiting for the disk (the mark that an intent was
+        completed: a crash that loses it makes the next driver complete the intent again, which is
+        harmless)."""
+        self._write(intent, exclusive=False, durable=durable)
+
+    def create(self, intent: BatchIntent) -> BatchIntent | None:
+        """Durably write the batch's intent unless the batch has one already; returns that one then
+        (None when this one was written). Two drivers on one checkpoint cannot both take batch N's
+        decision: the file appears once (a hard link of the written temporary file, which fails when
+        the name exists), whichever driver links first."""
+        return self._write(intent, exclusive=True)
+
+    def withdraw(self, intent: BatchIntent) -> None:
+        """Remove batch ``intent.batch_id``'s intent if it is still ``intent`` (a fenced driver takes
+        back a decision it could not carry out, so that the driver that fenced it can take its own)."""
+        if self.read(intent.batch_id) == intent:
+            (self.directory / str(intent.batch_id)).unlink(missing_ok=True)
+            self._sync_directory()
+
+    def _write(self, intent: BatchIntent, *, exclusive: bool, durable: bool = True) -> BatchIntent | None:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / str(intent.batch_id)
-        tmp = self.directory / f".{intent.batch_id}.tmp"
+        tmp = self.directory / f".{intent.batch_id}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             f.write(intent.to_json())
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+            if durable:
+                os.fsync(f.fileno())
+        if exclusive:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return self.read(intent.batch_id)
+            finally:
+                tmp.unlink(missing_ok=True)
+        else:
+            os.replace(tmp, path)
+        if durable:
+            self._sync_directory()
+        for old in self.batch_ids()[:-INTENTS_KEPT]:
+            (self.directory / str(old)).unlink(missing_ok=True)
+        return None
+
+    def _sync_directory(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-        for old in self.batch_ids()[:-INTENTS_KEPT]:
-            (self.directory / str(old)).unlink(missing_ok=True)

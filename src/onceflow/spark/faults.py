@@ -15,7 +15,11 @@ intent exists for:
   transactions is completed;
 - ``kill-driver-after-completions:N:K``: kill it once K of batch N's transactions are completed;
 - ``fail-task-after-prepare:N``: the first attempt of task 0 of batch N raises after its transaction
-  is prepared (Spark retries the task; the retry's ``init_transactions`` aborts what it prepared).
+  is prepared (Spark retries the task; the retry's ``init_transactions`` aborts what it prepared);
+- ``pause-driver-before-intent:N``: the driver's commit of batch N (every task prepared) creates the
+  file ``paused`` in the directory ``ONCEFLOW_SPARK_FAULT_DIR`` names, then waits until a file ``go``
+  appears there (at most :data:`PAUSE_LIMIT_S`) before taking the batch's intent: a test runs a second
+  driver on the checkpoint meanwhile.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -32,15 +38,21 @@ KILL_DRIVER_AFTER_COMMIT = "kill-driver-after-commit"
 KILL_DRIVER_AFTER_INTENT = "kill-driver-after-intent"
 KILL_DRIVER_AFTER_COMPLETIONS = "kill-driver-after-completions"
 FAIL_TASK_AFTER_PREPARE = "fail-task-after-prepare"
+PAUSE_DRIVER_BEFORE_INTENT = "pause-driver-before-intent"
+FAULT_DIR_ENV = "ONCEFLOW_SPARK_FAULT_DIR"
+PAUSE_LIMIT_S = 300.0
 
 __all__ = [
     "FAIL_TASK_AFTER_PREPARE",
+    "FAULT_DIR_ENV",
     "FAULT_ENV",
     "KILL_DRIVER_AFTER_COMMIT",
     "KILL_DRIVER_AFTER_COMPLETIONS",
     "KILL_DRIVER_AFTER_INTENT",
+    "PAUSE_DRIVER_BEFORE_INTENT",
     "kill_driver_fault",
     "on_driver_commit",
+    "on_driver_before_intent",
     "on_driver_completion",
     "on_driver_intent",
     "on_task_prepared",
@@ -62,6 +74,18 @@ def on_driver_commit(batch_id: int) -> None:
     """Called at the end of the sink's driver-side commit of ``batch_id``."""
     if _armed(KILL_DRIVER_AFTER_COMMIT, batch_id):
         _kill_driver()
+
+
+def on_driver_before_intent(batch_id: int) -> None:
+    """Called when the driver's commit of ``batch_id`` begins, before its intent is taken."""
+    if not _armed(PAUSE_DRIVER_BEFORE_INTENT, batch_id):
+        return
+    directory = Path(os.environ[FAULT_DIR_ENV])
+    (directory / "paused").touch()
+    log.warning("fault %s: waiting for %s", os.environ[FAULT_ENV], directory / "go")
+    deadline = time.monotonic() + PAUSE_LIMIT_S
+    while not (directory / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def on_driver_intent(batch_id: int) -> None:

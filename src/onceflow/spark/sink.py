@@ -23,10 +23,13 @@ The driver's ``commit`` checks that every task reported; Spark then writes the b
 log. ``abort`` only logs: a failed task's open transaction is aborted by the next attempt's
 ``init_transactions`` or by ``transaction.timeout.ms``.
 
-Batch-atomic, the driver's ``commit(N)`` writes batch N's intent (every task's prepared state) to the
+Batch-atomic, the driver's ``commit(N)`` creates batch N's intent (every task's prepared state) in the
 checkpoint, then completes every transaction, then marks the intent completed. ``abort(N)`` finishes
-batch N's intent if there is one (the decision to commit was taken) and otherwise aborts every task's
-transaction. PySpark makes the stream writer anew for each driver commit and for the tasks' plan,
+batch N's intent if there is one of this driver's tasks (the decision to commit was taken) and
+otherwise aborts what its tasks prepared. A driver that finds another driver's intent for batch N, or
+its prepared transactions replaced by another writer's (a second query on the checkpoint took the
+transactional ids over), is fenced: it raises :class:`SinkFenced` without completing or aborting
+anything of the other's, and takes its own intent back. PySpark makes the stream writer anew for each driver commit and for the tasks' plan,
 before any task of a batch runs: so the writer, when made, first finishes the last intent if a crashed
 driver left it incomplete, and Spark replays nothing before that.
 """
@@ -66,6 +69,7 @@ __all__ = [
     "OnceflowBatchWriter",
     "OnceflowStreamWriter",
     "SinkCommitMessage",
+    "SinkFenced",
     "SinkIncomplete",
     "output_items",
     "output_records",
@@ -79,6 +83,18 @@ class SinkIncomplete(RuntimeError):
     """The driver's commit found a task that did not report; the batch must not be committed."""
 
 
+class SinkFenced(RuntimeError):
+    """Batch-atomic: another driver writes with this sink's transactional ids (a second query on the
+    checkpoint, or one with the same ``transactional.id.prefix``) and took the batch over; this
+    driver completes nothing of it and stops."""
+
+
+_FENCED = (
+    "this driver is fenced: it completes nothing more of the batch and stops (is another query running on "
+    "this checkpoint, or with the same transactional.id.prefix? The other query's output stands)"
+)
+
+
 @dataclass(frozen=True)
 class SinkCommitMessage(WriterCommitMessage):
     partition_id: int
@@ -90,6 +106,7 @@ class SinkCommitMessage(WriterCommitMessage):
     # nothing: no rows, or the batch was already written).
     transactional_id: str = ""
     prepared: str = ""
+    prepared_ms: int = 0  # when the task's transaction was prepared (wall clock, ms)
 
 
 def _as_binary(column: pa.Array | pa.ChunkedArray) -> list:
@@ -272,6 +289,7 @@ class _SinkTasks:
             outcome.skipped,
             transactional_id,
             outcome.prepared,
+            time.time_ns() // 1_000_000 if outcome.prepared else 0,
         )
 
     def _check_reports(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
@@ -368,30 +386,69 @@ class BatchAtomicCommits:
 
     def commit(self, messages: list[SinkCommitMessage], batch_id: int) -> None:
         from onceflow.spark.batch_intent import BatchIntent
+        from onceflow.spark.two_phase import TransactionsTakenOver, commit_prepared
 
         batch_end_ms = time.time_ns() // 1_000_000
-        prepared = {m.transactional_id: m.prepared for m in messages if m.prepared}
+        faults.on_driver_before_intent(batch_id)
+        prepared = _prepared_by(messages)
         intent = BatchIntent(
-            batch_id, prepared, decided_ms=time.time_ns() // 1_000_000, batch_end_ms=batch_end_ms
+            batch_id,
+            prepared,
+            decided_ms=time.time_ns() // 1_000_000,
+            batch_end_ms=batch_end_ms,
+            tasks_ended_ms=max((m.prepared_ms for m in messages if m.prepared), default=0),
         )
-        self.intents.write(intent)  # the decision: once this returns, the batch commits
+        # The decision: once the intent is durable, the batch commits. Taken once per batch.
+        existing = self.intents.create(intent)
+        if existing is not None:
+            if not prepared or existing.completed and existing.transactions == prepared:
+                return  # a replay that wrote nothing, or this very intent carried out already
+            if existing.transactions != prepared:
+                raise SinkFenced(
+                    f"batch {batch_id}: another driver decided this batch first (its intent "
+                    f"{self.intents.directory / str(batch_id)} lists other transactions); {_FENCED}"
+                )
+            intent = existing
+        durable_ms = time.time_ns() // 1_000_000
         faults.on_driver_intent(batch_id)
-        self._complete(intent)
+        try:
+            commit_prepared(
+                self.options,
+                intent.transactions,
+                after_each=lambda done: faults.on_driver_completion(batch_id, done),
+            )
+        except TransactionsTakenOver as exc:
+            if exc.before_any:
+                self.intents.withdraw(intent)  # nothing of it was completed: the other driver decides
+            raise SinkFenced(f"batch {batch_id}: {exc}; {_FENCED}") from None
+        completed_ms = time.time_ns() // 1_000_000
+        self.intents.write(dataclasses.replace(intent, completed_ms=completed_ms), durable=False)
+        log.info(
+            "batch %d committed atomically: %d transactions, %d ms after the commit began (intent durable "
+            "after %d ms)",
+            batch_id,
+            len(intent.transactions),
+            completed_ms - batch_end_ms,
+            durable_ms - batch_end_ms,
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batch_id: int) -> None:
         from onceflow.spark.two_phase import abort_all
 
+        prepared = _prepared_by(messages)
         intent = self.intents.read(batch_id)
-        if intent is not None:
+        if intent is not None and intent.transactions == prepared:
             if not intent.completed:
                 self._complete(intent)  # the decision to commit was taken: it stands
             return
-        ids = {transactional_id_for(self.sink_id, i) for i in range(len(messages))}
-        ids |= {
-            m.transactional_id for m in messages if isinstance(m, SinkCommitMessage) and m.transactional_id
-        }
-        abort_all(self.options, ids)
-        log.info("batch %d: aborted the transactions of its %d tasks", batch_id, len(ids))
+        if intent is not None:
+            # Another driver's decision: only what this driver's tasks prepared is aborted, if open.
+            log.warning("batch %d was decided by another driver; aborting only this driver's part", batch_id)
+            abort_all(self.options, (), prepared)
+            return
+        ids = {transactional_id_for(self.sink_id, i) for i, m in enumerate(messages) if m is None}
+        abort_all(self.options, ids, prepared)
+        log.info("batch %d: aborted the transactions of its %d tasks", batch_id, len(messages))
 
     def _complete(self, intent) -> None:
         from onceflow.spark.two_phase import complete_all
@@ -400,6 +457,7 @@ class BatchAtomicCommits:
             self.options,
             intent.transactions,
             after_each=lambda done: faults.on_driver_completion(intent.batch_id, done),
+            decided_ms=intent.decided_ms,
         )
         self.intents.write(dataclasses.replace(intent, completed_ms=time.time_ns() // 1_000_000))
         log.info(
@@ -408,6 +466,13 @@ class BatchAtomicCommits:
             len(intent.transactions),
             open_,
         )
+
+
+def _prepared_by(messages: list[WriterCommitMessage | None]) -> dict[str, str]:
+    """What the batch's tasks prepared: ``{transactional id: prepared state}``."""
+    return {
+        m.transactional_id: m.prepared for m in messages if isinstance(m, SinkCommitMessage) and m.prepared
+    }
 
 
 class OnceflowBatchWriter(_SinkTasks, DataSourceArrowWriter):
