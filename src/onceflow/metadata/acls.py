@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from onceflow.metadata.records import AccessControlEntryRecord
-from onceflow.protocol.acl_types import AclOperation, PatternType, PermissionType, ResourceType
+from onceflow.protocol.acl_types import (
+    AclOperation,
+    PatternType,
+    PermissionType,
+    ResourceType,
+    binding_wire_fields,
+)
 
 __all__ = [
     "CLUSTER_NAME",
@@ -137,15 +143,7 @@ class AclBinding:
 
     def wire_fields(self) -> dict[str, Any]:
         """The binding as AccessControlEntryRecord and DeleteAcls' matching ACLs carry it."""
-        return {
-            "resource_type": int(self.resource_type),
-            "resource_name": self.name,
-            "pattern_type": int(self.pattern_type),
-            "principal": self.principal,
-            "host": self.host,
-            "operation": int(self.operation),
-            "permission_type": int(self.permission),
-        }
+        return binding_wire_fields(self)
 
     def to_record(self, acl_id: uuid.UUID) -> AccessControlEntryRecord:
         """The AccessControlEntryRecord that gives this binding the id ``acl_id``."""
