@@ -35,8 +35,8 @@ from kafka.protocol.admin import (  # noqa: E402
     DeleteAclsRequest,
 )
 from kafka.protocol.metadata import MetadataRequest  # noqa: E402
-from tests.helpers.broker import LOOPBACK, free_port  # noqa: E402
-from tests.helpers.cluster import ClusterNodes, NodeProcess  # noqa: E402
+from tests.helpers.acl_cluster import AuthorizingNode, authorizing_cluster  # noqa: E402
+from tests.helpers.broker import LOOPBACK  # noqa: E402
 
 from onceflow.broker.security.credentials import FileScramStore  # noqa: E402
 from onceflow.client.connection import Connection  # noqa: E402
@@ -50,27 +50,6 @@ TOPIC = "bench-acl"
 DENIED = 29  # TOPIC_AUTHORIZATION_FAILED
 POLL_S = 0.002
 WAIT_S = 30.0
-
-
-class AuthorizingNode(NodeProcess):
-    def __init__(self, *args, **kwargs) -> None:
-        self.client_port = free_port()
-        super().__init__(*args, **kwargs)
-
-    def settings(self) -> dict[str, str]:
-        settings = super().settings()
-        settings["listeners"] += f",CLIENT://{LOOPBACK}:{self.client_port}"
-        return {
-            **settings,
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.name.client.sasl.enabled.mechanisms": "SCRAM-SHA-512",
-            "authorizer.class.name": "standard",
-            "super.users": "User:admin;User:ANONYMOUS",
-            "connection.failed.authentication.delay.ms": "0",
-            "offsets.topic.replication.factor": "2",
-            "transaction.state.log.replication.factor": "2",
-        }
 
 
 def security(user: str, password: str) -> ClientSecurity:
@@ -211,11 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     samples = args.samples or (QUICK if args.quick else FULL)["samples"]
     tmp = tempfile.TemporaryDirectory(prefix="onceflow-bench-acl-")
     try:
-        cluster = ClusterNodes(Path(tmp.name), 2)
-        cluster.nodes = {
-            node_id: AuthorizingNode(cluster.root / f"node-{node_id}", node_id, port, cport, cluster.voters)
-            for node_id, port, cport in cluster.layout
-        }
+        cluster = authorizing_cluster(Path(tmp.name), 2)
         admin = credential_from_password("SCRAM-SHA-512", "admin-secret")
         for node in cluster.nodes.values():
             FileScramStore(node.data_dir).save({("admin", "SCRAM-SHA-512"): admin})

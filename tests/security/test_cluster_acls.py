@@ -33,8 +33,8 @@ from kafka.protocol.admin import (
     DescribeUserScramCredentialsRequest,
 )
 from kafka.protocol.metadata import MetadataRequest
-from tests.helpers.broker import LOOPBACK, free_port
-from tests.helpers.cluster import ClusterNodes, NodeProcess
+from tests.helpers.acl_cluster import AuthorizingNode, authorizing_cluster
+from tests.helpers.broker import LOOPBACK
 
 from onceflow.metadata.scram import salted_password
 from onceflow.protocol.acl_types import AclOperation, PatternType, PermissionType, ResourceType
@@ -49,41 +49,19 @@ ALLOWED, SECRET = "acl-orders", "acl-secret"
 DEADLINE_S = 30.0
 
 
-class AuthorizingNode(NodeProcess):
-    """A combined node with a SASL_PLAINTEXT ``CLIENT`` listener of its own port."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        self.client_port = free_port()
-        super().__init__(*args, **kwargs)
-
-    def settings(self) -> dict[str, str]:
-        settings = super().settings()
-        settings["listeners"] += f",CLIENT://{LOOPBACK}:{self.client_port}"
-        return {
-            **settings,
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.name.client.sasl.enabled.mechanisms": "SCRAM-SHA-512",
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users": "User:admin;User:ANONYMOUS",
-            "connection.failed.authentication.delay.ms": "0",
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    nodes = authorizing_cluster(
+        tmp_path_factory.mktemp("acl-cluster"),
+        2,
+        extra={
             # After the restart, a broker's old registration must expire before it registers again.
             "broker.session.timeout.ms": "4000",
             "broker.heartbeat.interval.ms": "500",
             "group.initial.rebalance.delay.ms": "0",
-            "offsets.topic.replication.factor": "2",
-            "transaction.state.log.replication.factor": "2",
             "transaction.state.log.min.isr": "1",
-        }
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    nodes = ClusterNodes(tmp_path_factory.mktemp("acl-cluster"), 2)
-    nodes.nodes = {
-        node_id: AuthorizingNode(nodes.root / f"node-{node_id}", node_id, port, cport, nodes.voters)
-        for node_id, port, cport in nodes.layout
-    }
+        },
+    )
     for node in nodes.nodes.values():
         subprocess.run(
             [

@@ -19,7 +19,13 @@ from kafka.protocol.admin import (
     DescribeUserScramCredentialsRequest,
 )
 
-from onceflow.protocol.acl_types import AclOperation, PatternType, PermissionType, ResourceType
+from onceflow.protocol.acl_types import (
+    AclOperation,
+    PatternType,
+    PermissionType,
+    ResourceType,
+    binding_wire_fields,
+)
 from onceflow.protocol.errors import ErrorCode, kafka_error
 
 SCRAM_MECHANISMS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
@@ -97,18 +103,7 @@ class SecurityAdmin:
     async def create_acls(self, acls: Iterable[AclBinding]) -> None:
         """Add ACLs; raises the first refusal (e.g. CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST)."""
         r = CreateAclsRequest
-        creations = [
-            r.AclCreation(
-                resource_type=int(a.resource_type),
-                resource_name=a.name,
-                resource_pattern_type=int(a.pattern_type),
-                principal=a.principal,
-                host=a.host,
-                operation=int(a.operation),
-                permission_type=int(a.permission),
-            )
-            for a in acls
-        ]
+        creations = [r.AclCreation(**binding_wire_fields(a, "resource_pattern_type")) for a in acls]
         response = await (await self._any()).send(r(creations=creations))
         for result in response.results:
             _check(result.error_code, "create ACLs", result.error_message)

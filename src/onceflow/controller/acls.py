@@ -20,7 +20,7 @@ from kafka.protocol.admin import CreateAclsRequest, CreateAclsResponse, DeleteAc
 
 from onceflow.metadata.acls import AclBinding, AclBindingFilter, check_new_binding
 from onceflow.metadata.image import MetadataImage
-from onceflow.metadata.records import AccessControlEntryRecord, RemoveAccessControlEntryRecord
+from onceflow.metadata.records import RemoveAccessControlEntryRecord
 from onceflow.protocol.errors import ErrorCode
 
 _Created = CreateAclsResponse.AclCreationResult
@@ -36,19 +36,6 @@ def new_acl_id(taken, rng: random.Random) -> uuid.UUID:
             return acl_id
 
 
-def acl_record(acl_id: uuid.UUID, acl: AclBinding) -> AccessControlEntryRecord:
-    return AccessControlEntryRecord(
-        id=acl_id,
-        resource_type=int(acl.resource_type),
-        resource_name=acl.name,
-        pattern_type=int(acl.pattern_type),
-        principal=acl.principal,
-        host=acl.host,
-        operation=int(acl.operation),
-        permission_type=int(acl.permission),
-    )
-
-
 def create_acls(
     image: MetadataImage, request: CreateAclsRequest, rng: random.Random
 ) -> tuple[list, CreateAclsResponse]:
@@ -57,15 +44,7 @@ def create_acls(
     new_ids: set[uuid.UUID] = set()
     added: set[AclBinding] = set()
     for creation in request.creations or []:
-        binding = AclBinding.from_wire(
-            creation.resource_type,
-            creation.resource_name,
-            creation.resource_pattern_type,
-            creation.principal,
-            creation.host,
-            creation.operation,
-            creation.permission_type,
-        )
+        binding = AclBinding.from_creation(creation)
         problem = check_new_binding(binding)
         if problem is not None:
             results.append(_Created(error_code=int(ErrorCode.INVALID_REQUEST), error_message=problem))
@@ -74,23 +53,13 @@ def create_acls(
             acl_id = new_acl_id(image.acls.keys() | new_ids, rng)
             new_ids.add(acl_id)
             added.add(binding)
-            records.append(acl_record(acl_id, binding))
+            records.append(binding.to_record(acl_id))
         results.append(_Created(error_code=0, error_message=None))
     return records, CreateAclsResponse(throttle_time_ms=0, results=results)
 
 
 def _matching(acl: AclBinding) -> _Matching:
-    return _Matching(
-        error_code=0,
-        error_message=None,
-        resource_type=int(acl.resource_type),
-        resource_name=acl.name,
-        pattern_type=int(acl.pattern_type),
-        principal=acl.principal,
-        host=acl.host,
-        operation=int(acl.operation),
-        permission_type=int(acl.permission),
-    )
+    return _Matching(error_code=0, error_message=None, **acl.wire_fields())
 
 
 def delete_acls(image: MetadataImage, request: DeleteAclsRequest) -> tuple[list, DeleteAclsResponse]:
@@ -98,15 +67,7 @@ def delete_acls(image: MetadataImage, request: DeleteAclsRequest) -> tuple[list,
     results = []
     ordered = sorted(image.acls.items(), key=lambda item: item[1])
     for f in request.filters or []:
-        acl_filter = AclBindingFilter.from_wire(
-            f.resource_type_filter,
-            f.resource_name_filter,
-            f.pattern_type_filter,
-            f.principal_filter,
-            f.host_filter,
-            f.operation,
-            f.permission_type,
-        )
+        acl_filter = AclBindingFilter.from_delete_filter(f)
         if acl_filter.unknown:
             results.append(
                 _Filtered(

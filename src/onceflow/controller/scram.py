@@ -13,7 +13,7 @@ from __future__ import annotations
 from kafka.protocol.admin import AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse
 
 from onceflow.metadata.image import MetadataImage
-from onceflow.metadata.records import RemoveUserScramCredentialRecord, UserScramCredentialRecord
+from onceflow.metadata.records import RemoveUserScramCredentialRecord
 from onceflow.metadata.scram import (
     MECHANISMS_BY_ID,
     Deletion,
@@ -42,22 +42,11 @@ def alter_user_scram_credentials(
         RemoveUserScramCredentialRecord(name=d.user, mechanism=d.mechanism) for d in to_delete.values()
     ]
     for upsertion in to_upsert.values():
+        mechanism = MECHANISMS_BY_ID[upsertion.mechanism]
         credential = credential_from_salted_password(
-            MECHANISMS_BY_ID[upsertion.mechanism],
-            upsertion.salt,
-            upsertion.salted_password,
-            upsertion.iterations,
+            mechanism, upsertion.salt, upsertion.salted_password, upsertion.iterations
         )
-        records.append(
-            UserScramCredentialRecord(
-                name=upsertion.user,
-                mechanism=upsertion.mechanism,
-                salt=credential.salt,
-                stored_key=credential.stored_key,
-                server_key=credential.server_key,
-                iterations=credential.iterations,
-            )
-        )
+        records.append(credential.to_record(upsertion.user, mechanism))
     results = [_Result(user=user, error_code=0, error_message=None) for user in [*to_delete, *to_upsert]]
     results += [
         _Result(user=user, error_code=int(code), error_message=message)

@@ -15,12 +15,27 @@ image that replays them share one binding type.
 from __future__ import annotations
 
 import enum
+import uuid
 from dataclasses import dataclass
+from typing import Any
 
-from onceflow.protocol.acl_types import AclOperation, PatternType, PermissionType, ResourceType
+from onceflow.metadata.records import AccessControlEntryRecord
+from onceflow.protocol.acl_types import (
+    AclOperation,
+    PatternType,
+    PermissionType,
+    ResourceType,
+    binding_wire_fields,
+)
 
 __all__ = [
     "CLUSTER_NAME",
+    "RESOURCE_TYPE_NAMES",
+    "SUPPORTED_OPERATIONS",
+    "UNKNOWN_FIELD",
+    "WILDCARD_HOST",
+    "WILDCARD_PRINCIPAL",
+    "WILDCARD_RESOURCE",
     "AclBinding",
     "AclBindingFilter",
     "AclOperation",
@@ -54,6 +69,19 @@ def _enum_value(kind: type[enum.IntEnum], code: int) -> enum.IntEnum:
         return kind(0)  # UNKNOWN, as Kafka's fromCode does
 
 
+def _decoded(resource_type: int, name, pattern_type: int, principal, host, operation: int, permission: int):
+    """A binding's or a filter's seven wire fields, each code read as its enum (UNKNOWN if unknown)."""
+    return (
+        _enum_value(ResourceType, resource_type),
+        name,
+        _enum_value(PatternType, pattern_type),
+        principal,
+        host,
+        _enum_value(AclOperation, operation),
+        _enum_value(PermissionType, permission),
+    )
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class AclBinding:
     resource_type: ResourceType
@@ -82,15 +110,44 @@ class AclBinding:
         operation: int,
         permission: int,
     ) -> AclBinding:
-        return cls(
-            _enum_value(ResourceType, resource_type),
-            name,
-            _enum_value(PatternType, pattern_type),
-            principal,
-            host,
-            _enum_value(AclOperation, operation),
-            _enum_value(PermissionType, permission),
+        return cls(*_decoded(resource_type, name, pattern_type, principal, host, operation, permission))
+
+    @classmethod
+    def from_creation(cls, creation: Any) -> AclBinding:
+        """A CreateAcls creation's binding (its pattern field is ``resource_pattern_type``)."""
+        c = creation
+        return cls.from_wire(
+            c.resource_type,
+            c.resource_name,
+            c.resource_pattern_type,
+            c.principal,
+            c.host,
+            c.operation,
+            c.permission_type,
         )
+
+    @classmethod
+    def from_record(cls, record: Any) -> AclBinding:
+        """The binding of an AccessControlEntryRecord, or of anything with its fields (a DeleteAcls
+        matching ACL): the names :meth:`wire_fields` gives."""
+        r = record
+        return cls.from_wire(
+            r.resource_type,
+            r.resource_name,
+            r.pattern_type,
+            r.principal,
+            r.host,
+            r.operation,
+            r.permission_type,
+        )
+
+    def wire_fields(self) -> dict[str, Any]:
+        """The binding as AccessControlEntryRecord and DeleteAcls' matching ACLs carry it."""
+        return binding_wire_fields(self)
+
+    def to_record(self, acl_id: uuid.UUID) -> AccessControlEntryRecord:
+        """The AccessControlEntryRecord that gives this binding the id ``acl_id``."""
+        return AccessControlEntryRecord(id=acl_id, **self.wire_fields())
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,14 +201,19 @@ class AclBindingFilter:
         operation: int,
         permission: int,
     ) -> AclBindingFilter:
-        return cls(
-            _enum_value(ResourceType, resource_type),
-            name,
-            _enum_value(PatternType, pattern_type),
-            principal,
-            host,
-            _enum_value(AclOperation, operation),
-            _enum_value(PermissionType, permission),
+        return cls(*_decoded(resource_type, name, pattern_type, principal, host, operation, permission))
+
+    @classmethod
+    def from_delete_filter(cls, f: Any) -> AclBindingFilter:
+        """A DeleteAcls filter (its fields end in ``_filter``, but for operation and permission)."""
+        return cls.from_wire(
+            f.resource_type_filter,
+            f.resource_name_filter,
+            f.pattern_type_filter,
+            f.principal_filter,
+            f.host_filter,
+            f.operation,
+            f.permission_type,
         )
 
 

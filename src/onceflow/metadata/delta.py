@@ -264,15 +264,7 @@ class MetadataDelta:
         return self._acls
 
     def _acl(self, record: AccessControlEntryRecord) -> None:
-        self._acls_w()[record.id] = AclBinding.from_wire(
-            record.resource_type,
-            record.resource_name,
-            record.pattern_type,
-            record.principal,
-            record.host,
-            record.operation,
-            record.permission_type,
-        )
+        self._acls_w()[record.id] = AclBinding.from_record(record)
 
     def _remove_acl(self, record: RemoveAccessControlEntryRecord) -> None:
         if self._acls_w().pop(record.id, None) is None:

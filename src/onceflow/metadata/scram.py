@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from onceflow.metadata.records import UserScramCredentialRecord
 from onceflow.protocol.errors import ErrorCode
 
 SCRAM_SHA_256, SCRAM_SHA_512 = "SCRAM-SHA-256", "SCRAM-SHA-512"
@@ -39,6 +40,17 @@ class ScramCredential:
     stored_key: bytes
     server_key: bytes
     iterations: int
+
+    def to_record(self, user: str, mechanism: str) -> UserScramCredentialRecord:
+        """The UserScramCredentialRecord that gives ``user`` this credential for ``mechanism`` (a name)."""
+        return UserScramCredentialRecord(
+            name=user,
+            mechanism=MECHANISM_IDS[mechanism],
+            salt=self.salt,
+            stored_key=self.stored_key,
+            server_key=self.server_key,
+            iterations=self.iterations,
+        )
 
     def to_json(self) -> dict:
         b64 = base64.b64encode

@@ -14,18 +14,15 @@ from typing import Any
 
 from onceflow.metadata.image import METADATA_VERSION, MetadataImage
 from onceflow.metadata.records import (
-    AccessControlEntryRecord,
     ClientQuotaRecord,
     ConfigRecord,
     EntityData,
     FeatureLevelRecord,
     ProducerIdsRecord,
     TopicRecord,
-    UserScramCredentialRecord,
     from_bytes,
     to_bytes,
 )
-from onceflow.metadata.scram import MECHANISM_IDS
 
 
 def image_records(image: MetadataImage) -> Iterator[Any]:
@@ -57,25 +54,9 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
     if image.next_producer_id > 0:
         yield ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id)
     for (user, mechanism), credential in sorted(image.scram_credentials.items()):
-        yield UserScramCredentialRecord(
-            name=user,
-            mechanism=MECHANISM_IDS[mechanism],
-            salt=credential.salt,
-            stored_key=credential.stored_key,
-            server_key=credential.server_key,
-            iterations=credential.iterations,
-        )
+        yield credential.to_record(user, mechanism)
     for acl_id, acl in sorted(image.acls.items()):
-        yield AccessControlEntryRecord(
-            id=acl_id,
-            resource_type=int(acl.resource_type),
-            resource_name=acl.name,
-            pattern_type=int(acl.pattern_type),
-            principal=acl.principal,
-            host=acl.host,
-            operation=int(acl.operation),
-            permission_type=int(acl.permission),
-        )
+        yield acl.to_record(acl_id)
 
 
 def _entity_sort_key(entity):

@@ -1,10 +1,12 @@
 """Kafka's ACL codes as they travel in CreateAcls / DescribeAcls / DeleteAcls (``int8`` fields):
 resource types, pattern types, operations and permission types. The broker's authorizer and the
-client's admin API share them; ``from_text`` reads the names ``kafka-acls.sh`` takes."""
+client's admin API share them; ``from_text`` reads the names ``kafka-acls.sh`` takes, and
+``binding_wire_fields`` writes a binding as the messages carry it."""
 
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 
 class _Named(enum.IntEnum):
@@ -65,3 +67,18 @@ class PermissionType(_Named):
     ANY = 1
     DENY = 2
     ALLOW = 3
+
+
+def binding_wire_fields(acl: Any, pattern_field: str = "pattern_type") -> dict[str, Any]:
+    """An ACL binding (anything with ``resource_type``, ``name``, ``pattern_type``, ``principal``,
+    ``host``, ``operation`` and ``permission``) as the wire carries it: AccessControlEntryRecord and
+    DeleteAcls' matching ACLs name its pattern ``pattern_type``, CreateAcls ``resource_pattern_type``."""
+    return {
+        "resource_type": int(acl.resource_type),
+        "resource_name": acl.name,
+        pattern_field: int(acl.pattern_type),
+        "principal": acl.principal,
+        "host": acl.host,
+        "operation": int(acl.operation),
+        "permission_type": int(acl.permission),
+    }

@@ -38,9 +38,7 @@ from onceflow.metadata.records import (
     PartitionRecord,
     ProducerIdsRecord,
     TopicRecord,
-    UserScramCredentialRecord,
 )
-from onceflow.metadata.scram import MECHANISM_IDS
 
 log = logging.getLogger(__name__)
 
@@ -91,21 +89,10 @@ def single_node_records(data_dir: Path, node_id: int, *, security: bool = False)
 
 def security_records(data_dir: Path) -> list:
     """The ACLs and SCRAM credentials a data dir's files hold, as the records a cluster keeps them in."""
-    from onceflow.controller.acls import acl_record
-
     records: list = []
     for (user, mechanism), credential in sorted(FileScramStore(data_dir).load().items()):
-        records.append(
-            UserScramCredentialRecord(
-                name=user,
-                mechanism=MECHANISM_IDS[mechanism],
-                salt=credential.salt,
-                stored_key=credential.stored_key,
-                server_key=credential.server_key,
-                iterations=credential.iterations,
-            )
-        )
-    records += [acl_record(uuid.uuid4(), acl) for acl in sorted(set(FileAclStore(data_dir).load()))]
+        records.append(credential.to_record(user, mechanism))
+    records += [acl.to_record(uuid.uuid4()) for acl in sorted(set(FileAclStore(data_dir).load()))]
     return records
 
 

@@ -50,15 +50,7 @@ async def handle(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsR
     results: list[tuple[ErrorCode, str | None]] = []
     valid = []
     for c in creations:
-        binding = AclBinding.from_wire(
-            c.resource_type,
-            c.resource_name,
-            c.resource_pattern_type,
-            c.principal,
-            c.host,
-            c.operation,
-            c.permission_type,
-        )
+        binding = AclBinding.from_creation(c)
         problem = check_new_binding(binding)
         if problem is not None:
             results.append((ErrorCode.INVALID_REQUEST, problem))
@@ -87,15 +79,7 @@ async def _forwarded(ctx: RequestContext, request: CreateAclsRequest) -> CreateA
     except KafkaError as exc:
         return _answer([(exc.code, str(exc))] * len(creations))
     created = [
-        AclBinding.from_wire(
-            c.resource_type,
-            c.resource_name,
-            c.resource_pattern_type,
-            c.principal,
-            c.host,
-            c.operation,
-            c.permission_type,
-        )
+        AclBinding.from_creation(c)
         for c, result in zip(creations, response.results, strict=False)
         if result.error_code == 0
     ]

@@ -49,18 +49,7 @@ async def handle(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsR
         return _failed(len(filters), ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
     if ctx.services.security_from_metadata:
         return await _forwarded(ctx, request)
-    parsed = [
-        AclBindingFilter.from_wire(
-            f.resource_type_filter,
-            f.resource_name_filter,
-            f.pattern_type_filter,
-            f.principal_filter,
-            f.host_filter,
-            f.operation,
-            f.permission_type,
-        )
-        for f in filters
-    ]
+    parsed = [AclBindingFilter.from_delete_filter(f) for f in filters]
     valid = [f for f in parsed if not f.unknown]
     try:
         matched = iter(authorizer.delete(valid))
@@ -86,18 +75,7 @@ async def handle(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsR
                 error_code=0,
                 error_message=None,
                 matching_acls=[
-                    _Matching(
-                        error_code=0,
-                        error_message=None,
-                        resource_type=int(acl.resource_type),
-                        resource_name=acl.name,
-                        pattern_type=int(acl.pattern_type),
-                        principal=acl.principal,
-                        host=acl.host,
-                        operation=int(acl.operation),
-                        permission_type=int(acl.permission),
-                    )
-                    for acl in acls
+                    _Matching(error_code=0, error_message=None, **acl.wire_fields()) for acl in acls
                 ],
             )
         )
@@ -110,17 +88,7 @@ async def _forwarded(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteA
     except KafkaError as exc:
         return _failed(len(request.filters or []), exc.code, str(exc))
     removed = [
-        AclBinding.from_wire(
-            m.resource_type,
-            m.resource_name,
-            m.pattern_type,
-            m.principal,
-            m.host,
-            m.operation,
-            m.permission_type,
-        )
-        for result in response.filter_results
-        for m in result.matching_acls or []
+        AclBinding.from_record(m) for result in response.filter_results for m in result.matching_acls or []
     ]
     if removed:
         await wait_visible(ctx, lambda image: all(image.acl_id(b) is None for b in removed))

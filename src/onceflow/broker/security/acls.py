@@ -2,36 +2,5 @@
 live in ``metadata.acls`` (the controller and the metadata image share them); re-exported here so the
 broker's modules name them where the rest of its security is."""
 
-from onceflow.metadata.acls import (
-    CLUSTER_NAME,
-    RESOURCE_TYPE_NAMES,
-    SUPPORTED_OPERATIONS,
-    UNKNOWN_FIELD,
-    WILDCARD_HOST,
-    WILDCARD_PRINCIPAL,
-    WILDCARD_RESOURCE,
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    PatternType,
-    PermissionType,
-    ResourceType,
-    check_new_binding,
-)
-
-__all__ = [
-    "CLUSTER_NAME",
-    "RESOURCE_TYPE_NAMES",
-    "SUPPORTED_OPERATIONS",
-    "UNKNOWN_FIELD",
-    "WILDCARD_HOST",
-    "WILDCARD_PRINCIPAL",
-    "WILDCARD_RESOURCE",
-    "AclBinding",
-    "AclBindingFilter",
-    "AclOperation",
-    "PatternType",
-    "PermissionType",
-    "ResourceType",
-    "check_new_binding",
-]
+from onceflow.metadata.acls import *  # noqa: F403 (re-exported: the names its __all__ lists)
+from onceflow.metadata.acls import __all__  # noqa: F401
