@@ -56,8 +56,6 @@ from onceflow.broker.security.acl_store import AclStore, FileAclStore
 from onceflow.broker.security.authorizer import StandardAuthorizer
 from onceflow.broker.security.config import ListenerSecurity, security_config
 from onceflow.broker.security.credentials import FileScramStore, ScramCredentials, ScramStore
-from onceflow.broker.security.principal import ANONYMOUS, user
-from onceflow.broker.security.principal import distinguished_name as _distinguished_name
 from onceflow.broker.security.sasl_authenticator import SaslAuthenticator
 from onceflow.broker.security.session import Session
 from onceflow.broker.topics import TopicManager
@@ -373,9 +371,7 @@ class Broker:
             session=session,
             authenticator=authenticator,
             max_unauthenticated_bytes=sasl.max_receive_size if sasl is not None else None,
-            certificate_principal=functools.partial(_certificate_principal, listener)
-            if listener.protocol == "SSL"
-            else None,
+            certificate_principal=listener.certificate_principal if listener.protocol == "SSL" else None,
             request_timer=self.metrics.requests if self.metrics is not None else None,
         )
         return connection
@@ -438,11 +434,3 @@ class Broker:
         if response is None:
             return None
         return apis.encode_response(response, header.correlation_id, header.api_version)
-
-
-def _certificate_principal(listener: ListenerSecurity, peercert: dict | None):
-    """An SSL listener's principal: the client certificate's subject through ssl.principal.mapping.rules,
-    or ANONYMOUS without a certificate (ssl.client.auth=requested or none). ValueError: no rule applies."""
-    if not peercert:
-        return ANONYMOUS
-    return user(listener.principal_mapper.name_for(_distinguished_name(peercert)))

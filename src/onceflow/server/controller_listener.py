@@ -34,8 +34,6 @@ from onceflow.broker.connection import RequestReceived, SupportedApi
 from onceflow.broker.handlers import sasl_authenticate, sasl_handshake
 from onceflow.broker.handlers.describe_quorum import error_response, response_for
 from onceflow.broker.security.config import ListenerSecurity, is_loopback
-from onceflow.broker.security.principal import ANONYMOUS, user
-from onceflow.broker.security.principal import distinguished_name as _distinguished_name
 from onceflow.broker.security.sasl_authenticator import SaslAuthenticator
 from onceflow.broker.security.session import Session
 from onceflow.controller.quorum_controller import NotController
@@ -145,7 +143,7 @@ class ControllerListener:
             # SCRAM is refused on a cluster's listeners (server.security): PLAIN's users only.
             authenticator=SaslAuthenticator(sasl, None) if sasl is not None else None,
             max_unauthenticated_bytes=sasl.max_receive_size if sasl is not None else None,
-            certificate_principal=functools.partial(_certificate_principal, security)
+            certificate_principal=security.certificate_principal
             if security is not None and security.protocol == "SSL"
             else None,
         )
@@ -204,11 +202,3 @@ class ControllerListener:
             return error_answer(api_key, request, ErrorCode.NOT_CONTROLLER, str(exc))
         except KafkaError as exc:
             return error_answer(api_key, request, exc.code, str(exc))
-
-
-def _certificate_principal(listener: ListenerSecurity, peercert: dict | None):
-    """An SSL controller listener's principal: the certificate's subject through the listener's
-    ssl.principal.mapping.rules (ANONYMOUS without one); ValueError when no rule applies."""
-    if not peercert:
-        return ANONYMOUS
-    return user(listener.principal_mapper.name_for(_distinguished_name(peercert)))

@@ -30,7 +30,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from onceflow.broker.security.jaas import plain_users
-from onceflow.broker.security.principal import KafkaPrincipal, PrincipalMapper
+from onceflow.broker.security.principal import (
+    ANONYMOUS,
+    KafkaPrincipal,
+    PrincipalMapper,
+    distinguished_name,
+    user,
+)
 from onceflow.broker.security.ssl_context import server_context
 
 PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL = "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"
@@ -128,6 +134,14 @@ class ListenerSecurity:
     def authenticates(self) -> bool:
         """Whether every connection proves who it is (SASL, or TLS with a required client certificate)."""
         return self.sasl is not None or self.client_auth == "required"
+
+    def certificate_principal(self, peercert: dict | None) -> KafkaPrincipal:
+        """An SSL listener's principal: the peer certificate's subject through
+        ssl.principal.mapping.rules, or ANONYMOUS without a certificate (ssl.client.auth=requested or
+        none). ValueError: no rule applies."""
+        if not peercert:
+            return ANONYMOUS
+        return user(self.principal_mapper.name_for(distinguished_name(peercert)))
 
     def __str__(self) -> str:
         return f"{self.name}://{self.host}:{self.port}"
